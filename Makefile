@@ -1,0 +1,44 @@
+# mtx — one command each: `make train`, `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+STAMP := $(VENV)/.installed
+export MTX_MULTI30K_DIR ?= $(if $(wildcard ../shared/data/multi30k/SHA256SUMS),$(abspath ../shared/data/multi30k),)
+# 2 threads: the machine this project is built for; override on bigger ones.
+export OMP_NUM_THREADS ?= 2
+export MXNET_ENGINE_TYPE ?= ThreadedEnginePerDevice
+
+.PHONY: help install test test-all train translate evaluate ablate bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+install: $(STAMP)  ## create .venv and install mtx with runtime and test dependencies
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip wheel "setuptools<70" "cython<3"
+	# mxnet 1.9 needs numpy<1.24; gluonnlp 0.10 is an sdist; pip builds it in an isolated env (its own Cython).
+	$(PY) -m pip install -q "numpy==1.23.5" "mxnet==1.9.1"
+	$(PY) -m pip install -q "gluonnlp==0.10.0"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+test: install  ## run the test suite (not the slow trainings)
+	$(PY) -m pytest -m "not slow and not gpu"
+
+test-all: install  ## every test, slow ones included
+	$(PY) -m pytest -m "not gpu"
+
+train: install  ## train the default model on Multi30k en->de and print sacreBLEU
+	$(PY) scripts/train.py $(ARGS)
+
+ablate: install  ## head-count ablation at a fixed width (Hydra multirun)
+	$(PY) scripts/train.py -m model.num_heads=1,2,4,8,16 $(ARGS)
+
+bench: install  ## throughput side by side against the peers
+	$(PY) scripts/bench.py $(ARGS)
+
+clean:
+	rm -rf outputs .pytest_cache

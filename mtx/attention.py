@@ -1,0 +1,125 @@
+"""Scaled dot-product and multi-head attention, the d2l book's block made complete.
+
+Shape letters, used in every module of `mtx`:
+    B batch, S source length, T target length, D model width (num_hiddens),
+    H heads, Dh = D / H head width, V vocabulary, K beam, N = B * H.
+
+Masks are *valid lengths*, as in the book: for every query, how many leading keys it may attend to.
+``valid_lens`` is ``None`` (attend everywhere), ``(B,)`` (one length per sequence) or
+``(B, Tq)`` (one length per query, which also expresses causality). `mtx.masks` builds them.
+A query whose length is 0 gets all-zero weights (not a uniform spread).
+"""
+import math
+
+from mxnet import nd
+from mxnet.gluon import nn
+from mxnet.gluon.block import HybridBlock
+from mxnet.util import use_np
+
+__all__ = ["masked_softmax", "transpose_qkv", "transpose_output",
+           "DotProductAttention", "MultiHeadAttention"]
+
+
+def _per_query_lens(F, valid_lens, scores):
+    """(N,) or (N, Tq) lengths -> (N, Tq) int32, broadcast against scores of shape (N, Tq, Tk)."""
+    lens = F.npx.reshape(valid_lens.astype("int32"), (-2, -1))  # (N,) -> (N, 1); (N, Tq) stays
+    zeros = F.npx.arange_like(scores, axis=1).astype("int32") * 0  # (Tq,)
+    return lens + zeros  # (N, Tq)
+
+
+def masked_softmax(scores, valid_lens, F=nd):
+    """Softmax over the last axis of ``scores`` (N, Tq, Tk), keeping only the first
+    ``valid_lens`` keys of each query. Masked weights are exactly 0; rows of length 0 are all 0.
+    One fused op (``npx.softmax(..., use_length=True)``), no fill value."""
+    if valid_lens is None:
+        return F.npx.softmax(scores, axis=-1)
+    lens = _per_query_lens(F, valid_lens, scores)
+    return F.npx.softmax(scores, length=lens, axis=-1, use_length=True)
+
+
+def transpose_qkv(X, num_heads, F=nd):
+    """(B, L, D) -> (B*H, L, Dh): split the width into heads so all heads run as one batch."""
+    X = F.npx.reshape(X, (-2, -2, num_heads, -1))  # (B, L, D) -> (B, L, H, Dh)
+    X = F.np.transpose(X, (0, 2, 1, 3))  # -> (B, H, L, Dh)
+    return F.npx.reshape(X, (-5, -2, -2))  # -> (B*H, L, Dh)
+
+
+def transpose_output(X, num_heads, F=nd):
+    """(B*H, L, Dh) -> (B, L, D): the inverse of `transpose_qkv`."""
+    X = F.npx.reshape(X, (-6, -1, num_heads, -2, -2))  # (B*H, L, Dh) -> (B, H, L, Dh)
+    X = F.np.transpose(X, (0, 2, 1, 3))  # -> (B, L, H, Dh)
+    return F.npx.reshape(X, (-2, -2, -5))  # -> (B, L, D)
+
+
+@use_np
+class DotProductAttention(HybridBlock):
+    """Scaled dot-product attention with dropout on the weights; returns (context, weights).
+
+    The width of the queries must be given (``head_dim``) so the block hybridizes."""
+
+    def __init__(self, head_dim, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self._scale = 1.0 / math.sqrt(head_dim)
+        with self.name_scope():
+            self.dropout = nn.Dropout(dropout)
+
+    def hybrid_forward(self, F, queries, keys, values, valid_lens=None):
+        scores = F.npx.batch_dot(queries * self._scale, keys, transpose_b=True)  # (N, Tq, Tk)
+        attn_weights = masked_softmax(scores, valid_lens, F)
+        context = F.npx.batch_dot(self.dropout(attn_weights), values)  # (N, Tq, dv)
+        return context, attn_weights
+
+
+@use_np
+class MultiHeadAttention(HybridBlock):
+    """Multi-head attention (d2l "Multi-Head Attention"), heads in parallel via reshapes.
+
+    forward(queries (B, Tq, D), keys (B, Tk, D), values (B, Tk, D), valid_lens None|(B,)|(B, Tq),
+    head_gate None|(H,)) -> (B, Tq, D). ``head_gate`` scales each head's context before ``W_o``
+    (1 keeps a head, 0 removes it). Call `attend` to also get the weights (B*H, Tq, Tk).
+    Each head is D / H wide, so parameters and FLOPs do not depend on H (docs/attention.md).
+    """
+
+    def __init__(self, num_hiddens, num_heads, dropout=0.0, use_bias=False, in_units=None,
+                 head_dim=None, **kwargs):
+        super().__init__(**kwargs)
+        if head_dim is None:  # the book's block: heads split the width
+            if num_heads < 1 or num_hiddens % num_heads != 0:
+                raise ValueError(f"num_hiddens={num_hiddens} is not divisible by num_heads="
+                                 f"{num_heads}: each head is num_hiddens / num_heads wide; "
+                                 f"pick a head count that divides the width")
+            head_dim = num_hiddens // num_heads
+        # A pruned block keeps fewer heads of the original width: H * Dh < D is allowed then.
+        self.num_hiddens, self.num_heads, self.head_dim = num_hiddens, num_heads, head_dim
+        inner = num_heads * head_dim
+        units = dict(use_bias=use_bias, flatten=False, in_units=in_units or 0)  # 0: infer later
+        with self.name_scope():
+            self.attention = DotProductAttention(head_dim, dropout)
+            self.W_q = nn.Dense(inner, prefix="W_q_", **units)
+            self.W_k = nn.Dense(inner, prefix="W_k_", **units)
+            self.W_v = nn.Dense(inner, prefix="W_v_", **units)
+            self.W_o = nn.Dense(num_hiddens, prefix="W_o_", use_bias=use_bias, flatten=False,
+                                in_units=inner)
+
+    def hybrid_forward(self, F, queries, keys, values, valid_lens=None, head_gate=None):
+        output, _ = self.attend(F, queries, keys, values, valid_lens, head_gate)
+        return output
+
+    def project_kv(self, F, keys, values):
+        """Keys and values of every head: (B, Tk, D) -> two (B*H, Tk, Dh). Cache these."""
+        return (transpose_qkv(self.W_k(keys), self.num_heads, F),
+                transpose_qkv(self.W_v(values), self.num_heads, F))
+
+    def attend(self, F, queries, keys, values, valid_lens=None, head_gate=None, kv_heads=None):
+        """Like forward, and also returns the weights (B*H, Tq, Tk). ``kv_heads`` (from
+        `project_kv`) skips the key/value projections when they are cached."""
+        q_heads = transpose_qkv(self.W_q(queries), self.num_heads, F)  # (B*H, Tq, Dh)
+        k_heads, v_heads = kv_heads if kv_heads is not None else self.project_kv(F, keys, values)
+        if valid_lens is not None:
+            valid_lens = F.np.repeat(valid_lens, self.num_heads, axis=0)  # (B*H,) | (B*H, Tq)
+        context, attn_weights = self.attention(q_heads, k_heads, v_heads, valid_lens)
+        if head_gate is not None:
+            context = F.npx.reshape(context, (-6, -1, self.num_heads, -2, -2))  # (B, H, Tq, Dh)
+            context = context * head_gate.reshape(1, -1, 1, 1)
+            context = F.npx.reshape(context, (-5, -2, -2))  # (B*H, Tq, Dh)
+        return self.W_o(transpose_output(context, self.num_heads, F)), attn_weights  # (B, Tq, D)

@@ -1,0 +1,132 @@
+"""Typed configuration: the one place where sizes and settings are checked.
+
+Scripts turn Hydra's DictConfig into these dataclasses once (`from_dict`); the code below them
+sees only typed values, so an unknown key or an impossible size fails before any work is done.
+"""
+import dataclasses
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot work; the message names the key and the fix."""
+
+
+def from_dict(cls, values, section):
+    """Build dataclass ``cls`` from a mapping, naming ``section`` in the error for unknown keys."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(section + '.' + k for k in unknown)}; "
+                          f"valid keys of {section}: {', '.join(sorted(names))}")
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_hiddens: int = 256          # D, the model width
+    num_heads: int = 4              # H; each head is D / H wide
+    ffn_num_hiddens: int = 1024     # inner width of the position-wise FFN
+    num_encoder_layers: int = 3
+    num_decoder_layers: int = 3
+    dropout: float = 0.1            # on embeddings and sublayer outputs
+    attention_dropout: float = 0.1  # on attention weights
+    tie_embeddings: bool = True     # one matrix for source, target and output (shared vocabulary)
+    pre_norm: bool = False          # LayerNorm before each sublayer instead of after
+    max_len: int = 1024             # longest sequence the positional table covers
+    vocab_size: int = 0             # taken from the data; 0 until it is known
+    # Heads kept per attention layer after physical pruning (enc self, dec self, dec cross,
+    # layer by layer); None means num_heads everywhere.
+    heads_per_layer: Optional[List[int]] = None
+
+    def __post_init__(self):
+        if self.num_heads < 1 or self.num_hiddens % self.num_heads:
+            raise ConfigError(f"model.num_hiddens={self.num_hiddens} is not divisible by "
+                              f"model.num_heads={self.num_heads}; pick a head count that divides "
+                              f"the width (each head is num_hiddens / num_heads wide)")
+        for key in ("num_hiddens", "ffn_num_hiddens", "num_encoder_layers", "num_decoder_layers"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be at least 1")
+        for key in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be in [0, 1)")
+        if self.heads_per_layer is not None and len(self.heads_per_layer) != self.num_attention_layers:
+            raise ConfigError(f"model.heads_per_layer has {len(self.heads_per_layer)} entries; "
+                              f"the model has {self.num_attention_layers} attention layers")
+
+    @property
+    def head_dim(self):
+        return self.num_hiddens // self.num_heads
+
+    @property
+    def num_attention_layers(self):
+        """Encoder self-attention, then decoder self- and cross-attention per decoder layer."""
+        return self.num_encoder_layers + 2 * self.num_decoder_layers
+
+    def heads_of(self, index):
+        """Heads of attention layer ``index`` (ordering of `num_attention_layers`)."""
+        return self.num_heads if self.heads_per_layer is None else self.heads_per_layer[index]
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    name: str = "multi30k"          # multi30k | toy
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    raw_dir: Optional[str] = None   # a local copy of Multi30k task1/raw; else MTX_MULTI30K_DIR; else download
+    vocab_size: int = 8000          # joint SentencePiece vocabulary
+    max_len: int = 128              # training pairs longer than this (in subwords) are skipped
+    # toy task
+    task: str = "reverse"           # copy | reverse
+    num_symbols: int = 20
+    min_len: int = 3
+    max_toy_len: int = 12
+    sizes: List[int] = field(default_factory=lambda: [4000, 200, 200])
+
+    def __post_init__(self):
+        if self.name not in ("multi30k", "toy"):
+            raise ConfigError(f"data.name={self.name}: choose multi30k or toy")
+        if self.vocab_size < 16:
+            raise ConfigError(f"data.vocab_size={self.vocab_size} is too small (at least 16)")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch_tokens: int = 4096        # padded tokens per batch (longer side)
+    lr: float = 1e-3                # peak learning rate
+    warmup_steps: int = 600         # linear warm-up, then inverse square root decay
+    beta2: float = 0.98
+    weight_decay: float = 0.0       # on weight matrices only
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0          # global gradient norm; 0 disables
+    max_epochs: int = 100
+    max_minutes: Optional[float] = None  # wall-clock budget for training; then evaluate and stop
+    patience: int = 0               # epochs without a better val BLEU before stopping; 0 = never
+    keep_last: int = 5              # epoch checkpoints kept
+    average_last: int = 5           # average this many last checkpoints at the end; 0/1 = off
+    log_every: int = 50             # steps between progress/metric reads from the device
+    eval_bleu: bool = True          # val BLEU (greedy) each epoch
+    hybridize: bool = True
+    resume: bool = False
+
+    def __post_init__(self):
+        if self.batch_tokens < 8:
+            raise ConfigError(f"train.batch_tokens={self.batch_tokens} is too small")
+        if self.lr <= 0 or self.warmup_steps < 1:
+            raise ConfigError("train.lr must be > 0 and train.warmup_steps >= 1")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    beam_size: int = 5
+    length_penalty: float = 0.6     # GNMT alpha: score / ((5 + len) / 6) ** alpha
+    max_len_a: float = 1.5          # max output length = a * source length + b
+    max_len_b: int = 10
+    nbest: int = 1
+    batch_tokens: int = 4096
+
+    def __post_init__(self):
+        if self.beam_size < 1:
+            raise ConfigError(f"decode.beam_size={self.beam_size} must be at least 1")
+        if not 1 <= self.nbest <= self.beam_size:
+            raise ConfigError(f"decode.nbest={self.nbest} must be between 1 and decode.beam_size")

@@ -1,0 +1,62 @@
+"""A corpus ready for training: the text of every split, the tokenizer, and subword ids."""
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from .config import DataConfig
+from .data import load_multi30k, make_toy, toy_symbols
+from .vocab import SentencePieceTokenizer, WordTokenizer, train_sentencepiece
+
+TOKENIZER_FILES = ("spm.model", "toy_symbols.json")
+
+
+@dataclass
+class Corpus:
+    text: Dict[str, Tuple[List[str], List[str]]]       # split -> (source lines, target lines)
+    ids: Dict[str, Tuple[List[List[int]], List[List[int]]]]
+    tokenizer: object
+
+    def train_pairs(self, max_len):
+        """Training ids without pairs longer than ``max_len`` subwords on either side."""
+        src, tgt = self.ids["train"]
+        keep = [i for i in range(len(src)) if len(src[i]) < max_len and len(tgt[i]) < max_len]
+        return [src[i] for i in keep], [tgt[i] for i in keep]
+
+
+def load_corpus(cfg: DataConfig, cache_dir, seed):
+    if cfg.name == "toy":
+        text = make_toy(cfg.task, cfg.num_symbols, cfg.min_len, cfg.max_toy_len, cfg.sizes, seed)
+        tokenizer = WordTokenizer(toy_symbols(cfg.num_symbols))
+    else:
+        text = load_multi30k(cfg.src_lang, cfg.tgt_lang, cfg.raw_dir, cache_dir)
+        train_src, train_tgt = text["train"]
+        spm_model = train_sentencepiece(train_src + train_tgt, cfg.vocab_size,
+                                        Path(cache_dir) / "spm")
+        tokenizer = SentencePieceTokenizer(spm_model)
+    ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
+    return Corpus(text, ids, tokenizer)
+
+
+def save_tokenizer(tokenizer, run_dir):
+    """Keep the run's tokenizer next to its checkpoints (atomically)."""
+    run_dir = Path(run_dir)
+    if isinstance(tokenizer, SentencePieceTokenizer):
+        tmp = run_dir / ".spm.model.tmp"
+        shutil.copyfile(tokenizer.model_path, tmp)
+        tmp.replace(run_dir / "spm.model")
+    else:
+        tmp = run_dir / ".toy_symbols.json.tmp"
+        tmp.write_text(json.dumps(tokenizer.symbols[4:]))
+        tmp.replace(run_dir / "toy_symbols.json")
+
+
+def load_tokenizer(run_dir):
+    run_dir = Path(run_dir)
+    if (run_dir / "spm.model").is_file():
+        return SentencePieceTokenizer(run_dir / "spm.model")
+    if (run_dir / "toy_symbols.json").is_file():
+        return WordTokenizer(json.loads((run_dir / "toy_symbols.json").read_text()))
+    raise FileNotFoundError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
+                            f"is it a training run directory?")

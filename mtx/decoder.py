@@ -1,0 +1,91 @@
+"""Transformer decoder: causal self-attention, cross-attention to the encoder memory, FFN.
+
+Training runs all target positions at once (`hybrid_forward`). Inference runs one position at a
+time (`step`) with a cache: the self-attention keys/values of earlier positions are kept per layer
+and grow by one position a step; the cross-attention keys/values are computed once per sentence.
+"""
+from mxnet import nd, np
+from mxnet.gluon import nn
+from mxnet.gluon.block import HybridBlock
+from mxnet.util import use_np
+
+from .attention import MultiHeadAttention
+from .config import ModelConfig
+from .layers import PositionWiseFFN, Residual
+
+
+@use_np
+class DecoderBlock(HybridBlock):
+    """(B, T, D) with memory (B, S, D) -> (B, T, D)."""
+
+    def __init__(self, cfg: ModelConfig, self_heads, cross_heads, **kwargs):
+        super().__init__(**kwargs)
+        D = cfg.num_hiddens
+        attn = dict(dropout=cfg.attention_dropout, in_units=D, head_dim=cfg.head_dim)
+        with self.name_scope():
+            self.self_attention = MultiHeadAttention(D, self_heads, **attn)
+            self.addnorm1 = Residual(D, cfg.dropout, cfg.pre_norm)
+            self.cross_attention = MultiHeadAttention(D, cross_heads, **attn)
+            self.addnorm2 = Residual(D, cfg.dropout, cfg.pre_norm)
+            self.ffn = PositionWiseFFN(cfg.ffn_num_hiddens, D, cfg.dropout)
+            self.addnorm3 = Residual(D, cfg.dropout, cfg.pre_norm)
+
+    def hybrid_forward(self, F, Y, memory, src_valid_len, self_valid_len,
+                       self_gate=None, cross_gate=None):
+        h = self.addnorm1.sublayer_input(Y)
+        Y = self.addnorm1(Y, self.self_attention(h, h, h, self_valid_len, self_gate))
+        h = self.addnorm2.sublayer_input(Y)
+        Y = self.addnorm2(Y, self.cross_attention(h, memory, memory, src_valid_len, cross_gate))
+        return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y)))
+
+    def step(self, y, cache, src_valid_len):
+        """One position: y (B, 1, D) -> (B, 1, D). ``cache`` holds this layer's 'cross' (K, V)
+        and 'self' (K, V) of the earlier positions, each (B*H, t, Dh); 'self' grows here.
+        Also returns the cross-attention weights (B*H, 1, S)."""
+        h = self.addnorm1.sublayer_input(y)
+        k_new, v_new = self.self_attention.project_kv(nd, h, h)  # (B*H, 1, Dh) each
+        if cache.get("self") is not None:
+            k_new = np.concatenate([cache["self"][0], k_new], axis=1)  # (B*H, t+1, Dh)
+            v_new = np.concatenate([cache["self"][1], v_new], axis=1)
+        cache["self"] = (k_new, v_new)
+        out, _ = self.self_attention.attend(nd, h, None, None, None, None, kv_heads=cache["self"])
+        y = self.addnorm1(y, out)
+        h = self.addnorm2.sublayer_input(y)
+        out, cross_weights = self.cross_attention.attend(nd, h, None, None, src_valid_len, None,
+                                                         kv_heads=cache["cross"])
+        y = self.addnorm2(y, out)
+        return self.addnorm3(y, self.ffn(self.addnorm3.sublayer_input(y))), cross_weights
+
+
+@use_np
+class Decoder(HybridBlock):
+    """Embedded target (B, T, D), memory (B, S, D), src_valid_len (B,), self_valid_len (B, T),
+    head_gates None | (2 * Ld, H) (self, cross per layer) -> hidden states (B, T, D)."""
+
+    def __init__(self, cfg: ModelConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.pre_norm = cfg.pre_norm
+        first = cfg.num_encoder_layers
+        with self.name_scope():
+            self.blocks = nn.HybridSequential()
+            for i in range(cfg.num_decoder_layers):
+                self.blocks.add(DecoderBlock(cfg, cfg.heads_of(first + 2 * i),
+                                             cfg.heads_of(first + 2 * i + 1)))
+            self.final_norm = nn.LayerNorm(in_channels=cfg.num_hiddens) if cfg.pre_norm else None
+
+    def hybrid_forward(self, F, Y, memory, src_valid_len, self_valid_len, head_gates=None):
+        for i, block in enumerate(self.blocks):
+            gates = (None, None) if head_gates is None else (head_gates[2 * i], head_gates[2 * i + 1])
+            Y = block(Y, memory, src_valid_len, self_valid_len, *gates)
+        return self.final_norm(Y) if self.pre_norm else Y
+
+    def init_cache(self, memory, src_valid_len):
+        """Per layer: cross-attention keys/values of the memory, computed once; empty self cache."""
+        return [{"cross": block.cross_attention.project_kv(nd, memory, memory), "self": None}
+                for block in self.blocks]
+
+    def step(self, y, caches, src_valid_len):
+        """y (B, 1, D) -> (B, 1, D) and the last layer's cross-attention weights (B*H, 1, S)."""
+        for block, cache in zip(self.blocks, caches):
+            y, cross_weights = block.step(y, cache, src_valid_len)
+        return (self.final_norm(y) if self.pre_norm else y), cross_weights

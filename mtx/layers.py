@@ -1,0 +1,81 @@
+"""Building blocks around attention: embeddings with positions, the FFN, residual + LayerNorm."""
+import math
+
+import numpy as onp
+from mxnet import init
+from mxnet.gluon import nn
+from mxnet.gluon.block import HybridBlock
+from mxnet.util import use_np
+
+
+def sinusoid_table(max_len, num_hiddens):
+    """(max_len, D) table of sines and cosines (Vaswani et al. 2017), as in the d2l book."""
+    positions = onp.arange(max_len, dtype=onp.float32)[:, None]
+    freqs = onp.power(10000, onp.arange(0, num_hiddens, 2, dtype=onp.float32) / num_hiddens)
+    table = onp.zeros((max_len, num_hiddens), dtype=onp.float32)
+    table[:, 0::2] = onp.sin(positions / freqs)
+    table[:, 1::2] = onp.cos(positions / freqs[: num_hiddens // 2])
+    return table
+
+
+@use_np
+class TokenEmbedding(HybridBlock):
+    """Token ids (B, L) -> sqrt(D) * embedding + position, then dropout: (B, L, D).
+
+    `step` embeds one token per row at a given position, for incremental decoding."""
+
+    def __init__(self, vocab_size, num_hiddens, dropout, max_len, **kwargs):
+        super().__init__(**kwargs)
+        self._scale = math.sqrt(num_hiddens)
+        with self.name_scope():
+            self.embedding = nn.Embedding(vocab_size, num_hiddens,
+                                          weight_initializer=init.Normal(num_hiddens ** -0.5))
+            self.positions = self.params.get_constant("positions",
+                                                      sinusoid_table(max_len, num_hiddens))
+            self.dropout = nn.Dropout(dropout)
+
+    def hybrid_forward(self, F, tokens, positions):
+        steps = F.npx.arange_like(tokens, axis=1).astype("int32")  # (L,)
+        position_vectors = F.np.take(positions, steps, axis=0)  # (L, D)
+        return self.dropout(self.embedding(tokens) * self._scale + position_vectors)
+
+    def step(self, tokens, position):
+        """tokens (B, 1) at time step ``position`` (an int) -> (B, 1, D)."""
+        table = self.positions.data(tokens.ctx)
+        return self.dropout(self.embedding(tokens) * self._scale + table[position])
+
+
+@use_np
+class PositionWiseFFN(HybridBlock):
+    """(B, L, D) -> (B, L, D): Dense(ffn_num_hiddens, relu) then Dense(D)."""
+
+    def __init__(self, ffn_num_hiddens, num_hiddens, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.dense1 = nn.Dense(ffn_num_hiddens, activation="relu", flatten=False,
+                                   in_units=num_hiddens)
+            self.dropout = nn.Dropout(dropout)
+            self.dense2 = nn.Dense(num_hiddens, flatten=False, in_units=ffn_num_hiddens)
+
+    def hybrid_forward(self, F, X):
+        return self.dense2(self.dropout(self.dense1(X)))
+
+
+@use_np
+class Residual(HybridBlock):
+    """Residual connection with LayerNorm around a sublayer: post-norm ``norm(X + drop(Y))`` as in
+    the book, or pre-norm ``X + drop(Y)`` where the caller applies `norm` to the sublayer input."""
+
+    def __init__(self, num_hiddens, dropout, pre_norm, **kwargs):
+        super().__init__(**kwargs)
+        self.pre_norm = pre_norm
+        with self.name_scope():
+            self.dropout = nn.Dropout(dropout)
+            self.norm = nn.LayerNorm(in_channels=num_hiddens)
+
+    def sublayer_input(self, X):
+        return self.norm(X) if self.pre_norm else X
+
+    def hybrid_forward(self, F, X, Y):
+        out = X + self.dropout(Y)
+        return out if self.pre_norm else self.norm(out)

@@ -1,0 +1,65 @@
+"""One training run end to end: data, model, training, final checkpoint choice, test scores."""
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+from . import checkpoint as ckpt
+from .corpus import load_corpus, save_tokenizer
+from .data import SPLITS
+from .evaluation import translate_and_score
+from .trainer import Fit, average_checkpoints, resolve_device, seed_everything
+
+log = logging.getLogger(__name__)
+
+
+def count_parameters(model):
+    return sum(int(p.data().size) for p in model.collect_params().values())
+
+
+def choose_final(fit):
+    """Best-by-val-BLEU checkpoint, or the average of the last N epochs if that scores higher."""
+    best_path = fit.run_dir / "checkpoints" / "best.params"
+    last = ckpt.epoch_checkpoints(fit.run_dir)[-fit.cfg.average_last:]
+    fit.model.load_parameters(str(best_path), ctx=fit.ctx)
+    _, best_bleu = fit.evaluate("val")
+    choice = {"checkpoint": "best", "valid_bleu": best_bleu}
+    if fit.cfg.average_last > 1 and len(last) > 1:
+        average_checkpoints(fit.model, last, fit.run_dir / "checkpoints" / "average.params")
+        _, avg_bleu = fit.evaluate("val")
+        log.info("val BLEU greedy: best epoch %s, average of last %d %s",
+                 best_bleu and best_bleu["score"], len(last), avg_bleu and avg_bleu["score"])
+        if avg_bleu is None or best_bleu is None or avg_bleu["score"] >= best_bleu["score"]:
+            return {"checkpoint": "average", "averaged": len(last), "valid_bleu": avg_bleu}
+        fit.model.load_parameters(str(best_path), ctx=fit.ctx)
+    return choice
+
+
+def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1, device="cpu"):
+    """Train, pick the final checkpoint, translate the test split; returns report.json's dict."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ctx = resolve_device(device)
+    seed_everything(seed)
+    corpus = load_corpus(data_cfg, cache_dir, seed)
+    model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
+    ckpt.save_model_config(model_cfg, run_dir)
+    save_tokenizer(corpus.tokenizer, run_dir)
+    fit = Fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctx, seed)
+    log.info("model: %s parameters; %d training pairs; device %s",
+             f"{count_parameters(fit.model):,}", len(fit.train_src), ctx)
+    train_minutes = fit.run()
+    final = choose_final(fit)
+    test_split = SPLITS[-1]
+    sources, references = corpus.text[test_split]
+    hypotheses, test_scores = translate_and_score(fit.model, corpus.tokenizer, decode_cfg, ctx,
+                                                  sources, references, data_cfg.tgt_lang)
+    ckpt.atomic_write_text(run_dir / f"{test_split}.hyp.{data_cfg.tgt_lang}",
+                           "\n".join(hypotheses) + "\n")
+    report = {"src_lang": data_cfg.src_lang, "tgt_lang": data_cfg.tgt_lang,
+              "data": data_cfg.name, "parameters": count_parameters(fit.model),
+              "model": dataclasses.asdict(model_cfg), "train_minutes": round(train_minutes, 2),
+              "steps": fit.step, "epochs": fit.epoch, "final": final,
+              "scores": {test_split: test_scores}}
+    ckpt.atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
+    return report

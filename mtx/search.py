@@ -1,0 +1,162 @@
+"""Greedy and beam search over a batch with incremental (cached) decoding, and `Translator`,
+which turns lines of text into lines of text.
+
+Scores are sums of log-probabilities; beam search ranks hypotheses by the GNMT length-normalised
+score ``sum_logp / ((5 + length) / 6) ** alpha`` (Wu et al. 2016), length counting the EOS.
+"""
+import logging
+import sys
+
+import numpy as onp
+from mxnet import np, npx
+
+from .data import sorted_batches
+from .vocab import BOS, EOS, PAD
+
+log = logging.getLogger(__name__)
+NEG_INF = -1e30
+
+
+def _length_penalty(length, alpha):
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _max_steps(src_valid_len, max_len_a, max_len_b, limit):
+    """Per-sentence output limits (B,) as a host array, and the batch's largest."""
+    limits = onp.minimum(onp.ceil(max_len_a * src_valid_len + max_len_b), limit).astype("int64")
+    return limits, int(limits.max())
+
+
+def _reorder_state(state, rows):
+    """Keep decoder-cache rows ``rows`` (B*K,) of every self-attention cache (B*K*H, t, Dh)."""
+    for cache in state["caches"]:
+        k, v = cache["self"]
+        heads = k.shape[0] // rows.shape[0]
+        cache["self"] = tuple(npx.reshape(np.take(npx.reshape(x, (-6, -1, heads, -2, -2)),
+                                                  rows, axis=0), (-5, -2, -2)) for x in (k, v))
+
+
+def _expand_state(state, beam_size):
+    """Repeat every sentence's state ``beam_size`` times: row b -> rows b*K .. b*K+K-1."""
+    for cache in state["caches"]:
+        k, v = cache["cross"]
+        heads = k.shape[0] // state["src_valid_len"].shape[0]
+        cache["cross"] = tuple(
+            npx.reshape(np.repeat(npx.reshape(x, (-6, -1, heads, -2, -2)), beam_size, axis=0),
+                        (-5, -2, -2)) for x in (k, v))  # (B*H, S, Dh) -> (B*K*H, S, Dh)
+    state["src_valid_len"] = np.repeat(state["src_valid_len"], beam_size, axis=0)
+
+
+def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=0.6,
+                max_len_a=1.5, max_len_b=10, nbest=1):
+    """src_tokens (B, S), src_valid_len (B,) on the model's device -> for each sentence a list of
+    ``nbest`` (token ids without EOS, normalised score), best first. Beam 1 is greedy search."""
+    B, K = src_tokens.shape[0], beam_size
+    ctx = src_tokens.ctx
+    limits, steps = _max_steps(src_valid_len.asnumpy(), max_len_a, max_len_b,
+                               model.cfg.max_len - 1)
+    limits = np.array(onp.repeat(limits, K), dtype="float32", ctx=ctx).reshape(-1, 1)  # (B*K, 1)
+    state = model.init_state(src_tokens, src_valid_len)
+    _expand_state(state, K)
+    tokens = np.full((B * K,), BOS, dtype="int32", ctx=ctx)
+    raw = np.array(onp.tile([0.0] + [NEG_INF] * (K - 1), B), dtype="float32", ctx=ctx)  # (B*K,) sum of log-probs
+    finished = np.zeros((B * K,), ctx=ctx)
+    history = []  # per step: (tokens (B*K,), origin rows (B*K,))
+    eos_only = np.full((1, 1), NEG_INF, ctx=ctx)
+    for t in range(steps):
+        log_probs, _ = model.step(tokens, state)  # (B*K, V)
+        V = log_probs.shape[1]
+        is_eos = (np.arange(V, ctx=ctx) == EOS).reshape(1, -1)  # (1, V)
+        only_eos = np.where(is_eos, 0.0, eos_only)  # (1, V): EOS at no cost, all else impossible
+        stop = (finished.reshape(-1, 1) + (limits <= t).astype("float32")) > 0  # (B*K, 1)
+        log_probs = np.where(stop, only_eos, log_probs)
+        cand_raw = raw.reshape(-1, 1) + log_probs  # (B*K, V)
+        new_len = (t + 1 - finished).reshape(-1, 1)  # (B*K, 1) length incl. EOS
+        cand = cand_raw / _length_penalty(new_len, length_penalty)
+        cand = npx.reshape(cand, (-1, K * V))  # (B*K, V) -> (B, K*V)
+        best = npx.topk(cand, k=K, axis=-1, ret_typ="indices", dtype="float32")  # (B, K)
+        beam = np.floor(best / V)  # (B, K): which of the sentence's beams it extends
+        tokens = (best - beam * V).reshape(-1).astype("int32")  # (B*K,)
+        origin = (beam + np.arange(B, dtype="float32", ctx=ctx).reshape(-1, 1) * K).reshape(-1)
+        origin = origin.astype("int32")  # (B*K,) rows of the previous step
+        raw = np.take(cand_raw.reshape(-1), origin * V + tokens)
+        finished = np.maximum(np.take(finished, origin), (tokens == EOS).astype("float32"))
+        _reorder_state(state, origin)
+        history.append((tokens, origin))
+        if bool(finished.min() > 0):
+            break
+    return _backtrack(history, raw, B, K, length_penalty, nbest)
+
+
+def _backtrack(history, raw, B, K, alpha, nbest):
+    """Follow origins back from the last step; returns per sentence [(ids, score)] best first."""
+    tokens = onp.stack([h[0].asnumpy() for h in history])  # (steps, B*K)
+    origins = onp.stack([h[1].asnumpy() for h in history])
+    raw = raw.asnumpy()
+    results = []
+    for b in range(B):
+        hyps = []
+        for k in range(K):
+            row, ids = b * K + k, []
+            for t in range(len(history) - 1, -1, -1):
+                ids.append(int(tokens[t, row]))
+                row = int(origins[t, row])
+            ids.reverse()
+            length = ids.index(EOS) + 1 if EOS in ids else len(ids)
+            ids = ids[:length - 1] if EOS in ids else ids
+            hyps.append((ids, float(raw[b * K + k] / _length_penalty(length, alpha))))
+        hyps.sort(key=lambda h: -h[1])
+        results.append(hyps[:nbest])
+    return results
+
+
+def greedy_search(model, src_tokens, src_valid_len, max_len_a=1.5, max_len_b=10):
+    """The argmax at every step: token ids per sentence (EOS removed)."""
+    return [hyps[0][0] for hyps in beam_search(model, src_tokens, src_valid_len, 1, 0.0,
+                                                max_len_a, max_len_b, 1)]
+
+
+class Translator:
+    """Lines of text -> lines of text with a trained model: tokenize, batch by source length,
+    search, detokenize, and return results in input order. Empty lines translate to ''."""
+
+    def __init__(self, model, tokenizer, decode_cfg, ctx):
+        self.model, self.tokenizer, self.cfg, self.ctx = model, tokenizer, decode_cfg, ctx
+        self.max_src_len = model.cfg.max_len - 1
+
+    def translate_ids(self, src_ids):
+        """Lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of them)."""
+        results = [[([], 0.0)] for _ in src_ids]
+        todo = [i for i, ids in enumerate(src_ids) if ids]
+        for group in sorted_batches([src_ids[i] for i in todo], self.cfg.batch_tokens):
+            rows = [src_ids[todo[j]] for j in group]
+            S = max(len(r) for r in rows) + 1
+            src = onp.full((len(rows), S), PAD, "int32")
+            for r, ids in enumerate(rows):
+                src[r, :len(ids) + 1] = ids + [EOS]
+            src_len = onp.array([len(ids) + 1 for ids in rows], "int32")
+            hyps = beam_search(self.model, np.array(src, ctx=self.ctx),
+                               np.array(src_len, ctx=self.ctx), self.cfg.beam_size,
+                               self.cfg.length_penalty, self.cfg.max_len_a, self.cfg.max_len_b,
+                               self.cfg.nbest)
+            for j, h in zip(group, hyps):
+                results[todo[j]] = h
+        return results
+
+    def translate(self, lines):
+        """Lines -> best translation of each (str)."""
+        return [nbest[0][0] for nbest in self.translate_nbest(lines)]
+
+    def translate_nbest(self, lines):
+        """Lines -> per line [(text, score)], nbest of them, best first."""
+        src_ids = self.tokenizer.encode(lines)
+        for number, ids in enumerate(src_ids, 1):
+            if len(ids) > self.max_src_len:
+                print(f"warning: line {number} has {len(ids)} subwords; translating the first "
+                      f"{self.max_src_len}", file=sys.stderr)
+                del ids[self.max_src_len:]
+        out = []
+        for nbest in self.translate_ids(src_ids):
+            texts = self.tokenizer.decode([ids for ids, _ in nbest])
+            out.append([(text, score) for text, (_, score) in zip(texts, nbest)])
+        return out

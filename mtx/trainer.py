@@ -1,0 +1,194 @@
+"""The training loop: Adam with inverse-sqrt warm-up, label smoothing, clipping, evaluation each
+epoch, best/last checkpoints, averaging, early stopping and a wall-clock budget."""
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import mxnet as mx
+import numpy as onp
+from mxnet import autograd, gluon, np
+from tqdm import tqdm
+
+from . import checkpoint as ckpt
+from .bleu import sacre_bleu
+from .data import bucket_batches
+from .loss import LabelSmoothedCrossEntropy
+from .model import Transformer
+from .schedule import inverse_sqrt_warmup
+from .search import Translator
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(device):
+    """'cpu' | 'gpu' | 'gpu:N' | 'auto' -> an MXNet context."""
+    if device == "auto":
+        return mx.gpu(0) if mx.context.num_gpus() > 0 else mx.cpu()
+    if device.startswith("gpu"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if mx.context.num_gpus() <= index:
+            raise ValueError(f"device={device} but MXNet sees {mx.context.num_gpus()} GPU(s); "
+                             f"use device=cpu or install a CUDA build of mxnet")
+        return mx.gpu(index)
+    if device != "cpu":
+        raise ValueError(f"device={device}: use cpu, gpu, gpu:N or auto")
+    return mx.cpu()
+
+
+def seed_everything(seed):
+    random.seed(seed)
+    onp.random.seed(seed)
+    mx.random.seed(seed)
+
+
+def to_device(batch, ctx):
+    return [np.array(a, ctx=ctx) for a in (batch.src_tokens, batch.src_valid_len, batch.tgt_in,
+                                           batch.tgt_out, batch.tgt_valid_len)]
+
+
+def clip_gradients(params, max_norm, num_tokens):
+    """Scale gradients so the per-token gradient's global norm is at most ``max_norm``.
+    Stays on the device: no host synchronisation."""
+    grads = [p.grad() for p in params]
+    total = np.sqrt(sum((g * g).sum() for g in grads)) / num_tokens
+    scale = np.minimum(1.0, max_norm / (total + 1e-6))
+    for g in grads:
+        g *= scale
+    return total
+
+
+class Fit:
+    """State of one training run; `run` trains and returns the final report."""
+
+    def __init__(self, corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctx, seed):
+        self.corpus, self.data_cfg, self.cfg, self.decode_cfg = corpus, data_cfg, train_cfg, decode_cfg
+        self.run_dir, self.ctx, self.seed = Path(run_dir), ctx, seed
+        (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        self.model = Transformer(model_cfg)
+        self.model.initialize(mx.init.Xavier(), ctx=ctx)
+        if train_cfg.hybridize:
+            self.model.hybridize(static_alloc=True)
+        self.loss_fn = LabelSmoothedCrossEntropy(model_cfg.vocab_size, train_cfg.label_smoothing)
+        self.loss_fn.initialize(ctx=ctx)
+        self.loss_fn.hybridize(static_alloc=True)
+        self.params = [p for p in self.model.collect_params().values() if p.grad_req != "null"]
+        self.trainer = gluon.Trainer(self.model.collect_params(), "adam",
+                                     {"learning_rate": train_cfg.lr, "beta1": 0.9,
+                                      "beta2": train_cfg.beta2, "epsilon": 1e-9,
+                                      "wd": train_cfg.weight_decay})
+        self.step, self.epoch, self.best_bleu, self.stale_epochs = 0, 0, -1.0, 0
+        self.train_src, self.train_tgt = corpus.train_pairs(data_cfg.max_len)
+        self.start = time.time()
+
+    def minutes(self):
+        return (time.time() - self.start) / 60
+
+    def out_of_time(self):
+        return self.cfg.max_minutes is not None and self.minutes() >= self.cfg.max_minutes
+
+    def train_step(self, batch):
+        src, src_len, tgt_in, tgt_out, tgt_len = to_device(batch, self.ctx)
+        with autograd.record():
+            logits = self.model(src, src_len, tgt_in)
+            loss, nll = self.loss_fn(logits, tgt_out, tgt_len)
+        loss.backward()
+        self.step += 1
+        self.trainer.set_learning_rate(inverse_sqrt_warmup(self.step, self.cfg.lr,
+                                                           self.cfg.warmup_steps))
+        if self.cfg.clip_norm > 0:
+            clip_gradients(self.params, self.cfg.clip_norm, batch.num_tgt_tokens)
+        self.trainer.step(batch.num_tgt_tokens)
+        return nll
+
+    def train_epoch(self):
+        """One pass over the shuffled training batches; returns (mean nll, target tokens/s)."""
+        batches = bucket_batches(self.train_src, self.train_tgt, self.cfg.batch_tokens,
+                                 shuffle=True, seed=self.seed * 1000 + self.epoch)
+        nll_sum, tokens, window_tokens, tic = 0.0, 0, 0, time.time()
+        pending = []
+        bar = tqdm(batches, desc=f"epoch {self.epoch + 1}", leave=False, mininterval=2,
+                   dynamic_ncols=True)
+        for batch in bar:
+            pending.append(self.train_step(batch))
+            window_tokens += batch.num_tgt_tokens
+            if len(pending) >= self.cfg.log_every or batch is batches[-1]:
+                nll_sum += sum(float(x) for x in pending)  # the only device->host read
+                pending, tokens = [], tokens + window_tokens
+                bar.set_postfix(loss=f"{nll_sum / tokens:.3f}", lr=f"{self.trainer.learning_rate:.2e}",
+                                tok_s=f"{tokens / (time.time() - tic):.0f}")
+                window_tokens = 0
+            if self.out_of_time():
+                break
+        nll_sum += sum(float(x) for x in pending)
+        tokens += window_tokens
+        return nll_sum / max(tokens, 1), tokens / (time.time() - tic)
+
+    def evaluate(self, split):
+        """Mean per-token nll on ``split`` and its greedy sacreBLEU."""
+        src_ids, tgt_ids = self.corpus.ids[split]
+        nll_sum, tokens = 0.0, 0
+        for batch in bucket_batches(src_ids, tgt_ids, self.cfg.batch_tokens, False, 0):
+            src, src_len, tgt_in, tgt_out, tgt_len = to_device(batch, self.ctx)
+            nll_sum += float(self.loss_fn(self.model(src, src_len, tgt_in), tgt_out, tgt_len)[1])
+            tokens += batch.num_tgt_tokens
+        bleu = None
+        if self.cfg.eval_bleu:
+            greedy = type(self.decode_cfg)(beam_size=1, length_penalty=0.0,
+                                           batch_tokens=self.decode_cfg.batch_tokens)
+            hyps = Translator(self.model, self.corpus.tokenizer, greedy, self.ctx).translate(
+                self.corpus.text[split][0])
+            bleu = sacre_bleu(hyps, self.corpus.text[split][1])
+        return nll_sum / tokens, bleu
+
+    def end_of_epoch(self, train_loss, tok_s):
+        val_loss, bleu = self.evaluate("val")
+        bleu_score = bleu["score"] if bleu else -val_loss
+        record = {"step": self.step, "epoch": self.epoch, "train/loss": round(train_loss, 4),
+                  "valid/loss": round(val_loss, 4), "valid/bleu": bleu and bleu["score"],
+                  "train/tok_s": round(tok_s, 1), "wall_minutes": round(self.minutes(), 2)}
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        log.info("epoch %d step %d train loss %.3f val loss %.3f val BLEU %s tok/s %.0f (%.1f min)",
+                 self.epoch, self.step, train_loss, val_loss, record["valid/bleu"], tok_s,
+                 self.minutes())
+        meta = dict(step=self.step, epoch=self.epoch, valid_bleu=record["valid/bleu"])
+        ckpt.save_params(self.model, self.run_dir / "checkpoints" / f"epoch_{self.epoch:03d}.params",
+                         **meta)
+        for old in ckpt.epoch_checkpoints(self.run_dir)[:-max(self.cfg.keep_last,
+                                                              self.cfg.average_last, 1)]:
+            old.unlink()
+            old.with_suffix(".json").unlink(missing_ok=True)
+        if bleu_score > self.best_bleu:
+            self.best_bleu, self.stale_epochs = bleu_score, 0
+            ckpt.save_params(self.model, self.run_dir / "checkpoints" / "best.params", **meta)
+        else:
+            self.stale_epochs += 1
+
+    def run(self):
+        while self.epoch < self.cfg.max_epochs:
+            train_loss, tok_s = self.train_epoch()
+            self.epoch += 1
+            self.end_of_epoch(train_loss, tok_s)
+            if self.out_of_time():
+                log.info("train.max_minutes=%s reached after %d epochs", self.cfg.max_minutes,
+                         self.epoch)
+                break
+            if self.cfg.patience and self.stale_epochs >= self.cfg.patience:
+                log.info("no better val BLEU for %d epochs: early stop", self.stale_epochs)
+                break
+        return self.minutes()
+
+
+def average_checkpoints(model, paths, out_path):
+    """Average the parameters of ``paths`` into ``model`` and save them as ``out_path``."""
+    params = model.collect_params()
+    total = None
+    for path in paths:
+        model.load_parameters(str(path), ctx=list(params.values())[0].list_ctx())
+        values = {k: p.data().copy() for k, p in params.items()}
+        total = values if total is None else {k: total[k] + v for k, v in values.items()}
+    for k, p in params.items():
+        p.set_data(total[k] / len(paths))
+    return ckpt.save_params(model, out_path, averaged=[Path(p).name for p in paths])

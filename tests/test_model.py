@@ -1,0 +1,135 @@
+"""mtx.model.Transformer: causality, padding invariance, hybridization, parameter counts,
+incremental decoding and tied embeddings."""
+import dataclasses
+
+import numpy as onp
+import pytest
+from mxnet import np, npx
+
+from mtx.config import ConfigError, ModelConfig
+from mtx.model import Transformer
+
+SRC_LENS, TGT_LENS = [5, 3], [4, 2]  # valid lengths of the two sentences of `_batch`
+S, T = max(SRC_LENS), max(TGT_LENS)
+
+
+def _tokens(cfg, *shape):
+    return np.array(onp.random.randint(0, cfg.vocab_size, size=shape), dtype="int32")
+
+
+def _batch(cfg):
+    """Source (B, S) whose second row is padded, its lengths (B,), target input (B, T)."""
+    return _tokens(cfg, 2, S), np.array(SRC_LENS, dtype="int32"), _tokens(cfg, 2, T)
+
+
+def _model(cfg):
+    net = Transformer(cfg)
+    net.initialize()
+    return net
+
+
+def _num_params(net):
+    """Trainable parameters (the positional tables are constants and not counted)."""
+    return sum(int(onp.prod(p.shape)) for p in net.collect_params().values()
+               if p.grad_req != "null")
+
+
+# -- configuration and parameters ---------------------------------------------------------------
+
+def test_indivisible_width_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"num_hiddens=10\b.*num_heads=3\b"):
+        ModelConfig(num_hiddens=10, num_heads=3)
+
+
+def test_parameter_count_does_not_depend_on_heads(tiny_cfg):
+    counts = {h: _num_params(_model(dataclasses.replace(tiny_cfg, num_heads=h)))
+              for h in (1, 2, 4, 8)}
+    assert len(set(counts.values())) == 1, counts
+    D = tiny_cfg.num_hiddens
+    attention_blocks = tiny_cfg.num_attention_layers
+    assert counts[1] > attention_blocks * 4 * D * D  # the attention weights are in the count
+
+
+def test_tied_embeddings_share_one_parameter(tiny_cfg):
+    tied = _model(dataclasses.replace(tiny_cfg, tie_embeddings=True))
+    untied = _model(dataclasses.replace(tiny_cfg, tie_embeddings=False))
+    assert tied.output.weight is tied.src_embed.embedding.weight
+    assert tied.tgt_embed.embedding.weight is tied.src_embed.embedding.weight
+    assert untied.output.weight is not untied.src_embed.embedding.weight
+    assert untied.tgt_embed.embedding.weight is not untied.src_embed.embedding.weight
+    # Untied has its own target embedding and its own output matrix: one V*D for each.
+    V, D = tiny_cfg.vocab_size, tiny_cfg.num_hiddens
+    assert _num_params(untied) - _num_params(tied) == 2 * V * D
+
+
+# -- hybridization ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gates", [False, True])
+@pytest.mark.parametrize("pre_norm", [False, True])
+@pytest.mark.parametrize("num_heads", [1, 2, 4])
+def test_hybridized_equals_imperative(tiny_cfg, num_heads, pre_norm, gates):
+    cfg = dataclasses.replace(tiny_cfg, num_heads=num_heads, pre_norm=pre_norm)
+    net = _model(cfg)
+    args = _batch(cfg)
+    if gates:
+        head_gates = onp.ones((cfg.num_attention_layers, num_heads), dtype="float32")
+        head_gates[1, 0] = head_gates[-1, -1] = 0.0
+        args += (np.array(head_gates),)
+    want = net(*args).asnumpy()
+    net.hybridize()
+    got = net(*args).asnumpy()
+    assert net._cached_graph  # the symbolic path really ran
+    onp.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# -- masking through the whole model ------------------------------------------------------------
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_decoder_is_causal(tiny_cfg, hybridize):
+    net = _model(tiny_cfg)
+    if hybridize:
+        net.hybridize()
+    src, src_lens, tgt = _batch(tiny_cfg)
+    logits = net(src, src_lens, tgt).asnumpy()
+    for t in range(T - 1):
+        later = tgt.asnumpy()
+        later[:, t + 1:] = (later[:, t + 1:] + 1) % tiny_cfg.vocab_size
+        changed = net(src, src_lens, np.array(later)).asnumpy()
+        onp.testing.assert_array_equal(changed[:, :t + 1], logits[:, :t + 1])
+        assert not onp.allclose(changed[:, t + 1:], logits[:, t + 1:], atol=1e-4)
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_padding_does_not_change_outputs(tiny_cfg, hybridize):
+    """Each sentence alone, unpadded, gives the same logits as inside a batch padded with two
+    extra junk positions on both sides."""
+    net = _model(tiny_cfg)
+    if hybridize:
+        net.hybridize()
+    src, tgt = _tokens(tiny_cfg, 2, S + 2), _tokens(tiny_cfg, 2, T + 2)
+    src_lens = np.array(SRC_LENS)
+    padded = net(src, src_lens, tgt).asnumpy()
+    for b, (n_src, n_tgt) in enumerate(zip(SRC_LENS, TGT_LENS)):
+        alone = net(src[b:b + 1, :n_src], src_lens[b:b + 1], tgt[b:b + 1, :n_tgt]).asnumpy()
+        onp.testing.assert_allclose(padded[b, :n_tgt], alone[0], rtol=1e-5, atol=1e-5)
+
+
+# -- incremental decoding -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("hybridize", [False, True])
+@pytest.mark.parametrize("pre_norm", [False, True])
+@pytest.mark.parametrize("num_heads", [1, 2])
+def test_incremental_decoding_equals_full_forward(tiny_cfg, num_heads, pre_norm, hybridize):
+    cfg = dataclasses.replace(tiny_cfg, num_heads=num_heads, pre_norm=pre_norm)
+    net = _model(cfg)
+    if hybridize:
+        net.hybridize()
+    src, src_lens, tgt = _batch(cfg)
+    want = npx.log_softmax(net(src, src_lens, tgt), axis=-1).asnumpy()  # (B, T, V)
+    state = net.init_state(src, src_lens)
+    for t in range(T):
+        log_probs, cross_weights = net.step(tgt[:, t], state)  # (B, V), (B*H, 1, S)
+        onp.testing.assert_allclose(log_probs.asnumpy(), want[:, t], rtol=1e-5, atol=1e-5)
+        weights = cross_weights.asnumpy().reshape(2, num_heads, S)
+        assert (weights[1, :, SRC_LENS[1]:] == 0).all()  # padding gets no attention
+    assert state["t"] == T
