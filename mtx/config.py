@@ -94,7 +94,7 @@ class DataConfig:
 class TrainConfig:
     batch_tokens: int = 4096        # padded tokens per batch (longer side)
     lr: float = 1e-3                # peak learning rate
-    warmup_steps: int = 600         # linear warm-up, then inverse square root decay
+    warmup_steps: int = 400         # linear warm-up, then inverse square root decay
     beta2: float = 0.98
     weight_decay: float = 0.0       # on weight matrices only
     label_smoothing: float = 0.1

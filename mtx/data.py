@@ -165,9 +165,10 @@ def _pad(rows, round_to):
     return batchify.Pad(pad_val=PAD, ret_length=True, dtype="int32", round_to=round_to)(rows)
 
 
-def collate(src_ids, tgt_ids, ids, round_to=8):
-    """Sentences (lists of ids, no specials) -> a padded `Batch`; lengths rounded up to a
-    multiple of ``round_to`` so few distinct shapes reach the hybridized graph."""
+def collate(src_ids, tgt_ids, ids, round_to=None):
+    """Sentences (lists of ids, no specials) -> a padded `Batch`. ``round_to`` rounds the padded
+    lengths up to a multiple (fewer distinct shapes, but on Multi30k rounding to 8 pads 20% more
+    tokens and costs more than the shapes it saves: buckets already keep shapes few)."""
     src, src_len = _pad([onp.array(src_ids[i] + [EOS], "int32") for i in ids], round_to)
     tgt_in, tgt_len = _pad([onp.array([BOS] + tgt_ids[i], "int32") for i in ids], round_to)
     tgt_out, _ = _pad([onp.array(tgt_ids[i] + [EOS], "int32") for i in ids], round_to)

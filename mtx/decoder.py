@@ -27,7 +27,7 @@ class DecoderBlock(HybridBlock):
             self.addnorm1 = Residual(D, cfg.dropout, cfg.pre_norm)
             self.cross_attention = MultiHeadAttention(D, cross_heads, **attn)
             self.addnorm2 = Residual(D, cfg.dropout, cfg.pre_norm)
-            self.ffn = PositionWiseFFN(cfg.ffn_num_hiddens, D, cfg.dropout)
+            self.ffn = PositionWiseFFN(cfg.ffn_num_hiddens, D)
             self.addnorm3 = Residual(D, cfg.dropout, cfg.pre_norm)
 
     def hybrid_forward(self, F, Y, memory, src_valid_len, self_valid_len,
@@ -41,20 +41,22 @@ class DecoderBlock(HybridBlock):
     def step(self, y, cache, src_valid_len):
         """One position: y (B, 1, D) -> (B, 1, D). ``cache`` holds this layer's 'cross' (K, V)
         and 'self' (K, V) of the earlier positions, each (B*H, t, Dh); 'self' grows here.
-        Also returns the cross-attention weights (B*H, 1, S)."""
+        Also returns the self- and cross-attention weights, (B*H, 1, t+1) and (B*H, 1, S)."""
         h = self.addnorm1.sublayer_input(y)
         k_new, v_new = self.self_attention.project_kv(nd, h, h)  # (B*H, 1, Dh) each
         if cache.get("self") is not None:
             k_new = np.concatenate([cache["self"][0], k_new], axis=1)  # (B*H, t+1, Dh)
             v_new = np.concatenate([cache["self"][1], v_new], axis=1)
         cache["self"] = (k_new, v_new)
-        out, _ = self.self_attention.attend(nd, h, None, None, None, None, kv_heads=cache["self"])
+        out, self_weights = self.self_attention.attend(nd, h, None, None, None, None,
+                                                       kv_heads=cache["self"])
         y = self.addnorm1(y, out)
         h = self.addnorm2.sublayer_input(y)
         out, cross_weights = self.cross_attention.attend(nd, h, None, None, src_valid_len, None,
                                                          kv_heads=cache["cross"])
         y = self.addnorm2(y, out)
-        return self.addnorm3(y, self.ffn(self.addnorm3.sublayer_input(y))), cross_weights
+        y = self.addnorm3(y, self.ffn(self.addnorm3.sublayer_input(y)))
+        return y, self_weights, cross_weights
 
 
 @use_np
@@ -87,5 +89,5 @@ class Decoder(HybridBlock):
     def step(self, y, caches, src_valid_len):
         """y (B, 1, D) -> (B, 1, D) and the last layer's cross-attention weights (B*H, 1, S)."""
         for block, cache in zip(self.blocks, caches):
-            y, cross_weights = block.step(y, cache, src_valid_len)
+            y, _, cross_weights = block.step(y, cache, src_valid_len)
         return (self.final_norm(y) if self.pre_norm else y), cross_weights

@@ -19,7 +19,7 @@ class EncoderBlock(HybridBlock):
             self.attention = MultiHeadAttention(D, num_heads, cfg.attention_dropout,
                                                 in_units=D, head_dim=cfg.head_dim)
             self.addnorm1 = Residual(D, cfg.dropout, cfg.pre_norm)
-            self.ffn = PositionWiseFFN(cfg.ffn_num_hiddens, D, cfg.dropout)
+            self.ffn = PositionWiseFFN(cfg.ffn_num_hiddens, D)
             self.addnorm2 = Residual(D, cfg.dropout, cfg.pre_norm)
 
     def hybrid_forward(self, F, X, src_valid_len, head_gate=None):

@@ -6,9 +6,11 @@ from .search import Translator
 
 
 def score_translations(hypotheses, references, tgt_lang):
+    exact = sum(h == r for h, r in zip(hypotheses, references))
     return {"sacrebleu": sacre_bleu(hypotheses, references),
             "chrf": chrf(hypotheses, references),
-            "bleu_tok_lc": tokenized_lowercased_bleu(hypotheses, references, tgt_lang)}
+            "bleu_tok_lc": tokenized_lowercased_bleu(hypotheses, references, tgt_lang),
+            "exact_match": round(100.0 * exact / max(len(references), 1), 2)}
 
 
 def translate_and_score(model, tokenizer, decode_cfg, ctx, sources, references, tgt_lang):

@@ -47,18 +47,18 @@ class TokenEmbedding(HybridBlock):
 
 @use_np
 class PositionWiseFFN(HybridBlock):
-    """(B, L, D) -> (B, L, D): Dense(ffn_num_hiddens, relu) then Dense(D)."""
+    """(B, L, D) -> (B, L, D): Dense(ffn_num_hiddens, relu) then Dense(D). Dropout is applied to
+    the output by the residual around it (no inner dropout, as in gluonnlp and fairseq)."""
 
-    def __init__(self, ffn_num_hiddens, num_hiddens, dropout=0.0, **kwargs):
+    def __init__(self, ffn_num_hiddens, num_hiddens, **kwargs):
         super().__init__(**kwargs)
         with self.name_scope():
             self.dense1 = nn.Dense(ffn_num_hiddens, activation="relu", flatten=False,
                                    in_units=num_hiddens)
-            self.dropout = nn.Dropout(dropout)
             self.dense2 = nn.Dense(num_hiddens, flatten=False, in_units=ffn_num_hiddens)
 
     def hybrid_forward(self, F, X):
-        return self.dense2(self.dropout(self.dense1(X)))
+        return self.dense2(self.dense1(X))
 
 
 @use_np

@@ -5,7 +5,8 @@ import logging
 from pathlib import Path
 
 from . import checkpoint as ckpt
-from .corpus import load_corpus, save_tokenizer
+from .config import DataConfig
+from .corpus import load_corpus, load_tokenizer, save_tokenizer
 from .data import SPLITS
 from .evaluation import translate_and_score
 from .trainer import Fit, average_checkpoints, resolve_device, seed_everything
@@ -44,6 +45,7 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
     corpus = load_corpus(data_cfg, cache_dir, seed)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     ckpt.save_model_config(model_cfg, run_dir)
+    ckpt.atomic_write_text(run_dir / "data.json", json.dumps(dataclasses.asdict(data_cfg), indent=1))
     save_tokenizer(corpus.tokenizer, run_dir)
     fit = Fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctx, seed)
     log.info("model: %s parameters; %d training pairs; device %s",
@@ -63,3 +65,19 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
               "scores": {test_split: test_scores}}
     ckpt.atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
     return report
+
+
+def load_run(run_dir, ctx, which="auto"):
+    """(model, tokenizer, DataConfig) of a training run directory. ``which``: auto (the
+    checkpoint the run chose: average or best), best, average, last, or a .params path."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ckpt.CheckpointError(f"ckpt={run_dir} is not a directory; pass a training run "
+                                   f"directory (outputs/train/runs/...)")
+    if which == "auto":
+        report = run_dir / "report.json"
+        which = json.loads(report.read_text())["final"]["checkpoint"] if report.is_file() else "best"
+    model = ckpt.load_model(run_dir, ctx, which)
+    data_path = run_dir / "data.json"
+    data_cfg = DataConfig(**json.loads(data_path.read_text())) if data_path.is_file() else None
+    return model, load_tokenizer(run_dir), data_cfg

@@ -147,10 +147,11 @@ class Translator:
         """Lines -> best translation of each (str)."""
         return [nbest[0][0] for nbest in self.translate_nbest(lines)]
 
-    def translate_nbest(self, lines):
-        """Lines -> per line [(text, score)], nbest of them, best first."""
+    def translate_nbest(self, lines, first_line=1):
+        """Lines -> per line [(text, score)], nbest of them, best first. Lines longer than the
+        model's positions are cut, with a warning naming the line (counted from first_line)."""
         src_ids = self.tokenizer.encode(lines)
-        for number, ids in enumerate(src_ids, 1):
+        for number, ids in enumerate(src_ids, first_line):
             if len(ids) > self.max_src_len:
                 print(f"warning: line {number} has {len(ids)} subwords; translating the first "
                       f"{self.max_src_len}", file=sys.stderr)

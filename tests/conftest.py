@@ -1,4 +1,9 @@
 """Shared test setup: numpy mode, fixed seeds, and a tiny model configuration."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as onp
 import pytest
 import mxnet as mx
@@ -22,3 +27,34 @@ def tiny_cfg():
     return ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=2,
                        num_decoder_layers=2, dropout=0.0, attention_dropout=0.0, max_len=32,
                        vocab_size=30)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(name, *overrides, stdin=None, cwd=None, env=None, timeout=600):
+    """Run scripts/<name>.py as a user would; returns the CompletedProcess (bytes)."""
+    full_env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), *overrides],
+                          input=stdin, capture_output=True, cwd=cwd or ROOT, env=full_env,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir():
+    """The local Multi30k copy the tests use (MTX_MULTI30K_DIR, as in .ci/run)."""
+    path = Path(os.environ.get("MTX_MULTI30K_DIR", ROOT.parent / "shared" / "data" / "multi30k"))
+    assert (path / "SHA256SUMS").is_file(), (
+        f"{path} has no Multi30k copy; set MTX_MULTI30K_DIR to the task1/raw files")
+    return path
+
+
+@pytest.fixture(scope="session")
+def toy_run(tmp_path_factory):
+    """A model trained on the toy reversal task through scripts/train.py (about a minute)."""
+    run_dir = tmp_path_factory.mktemp("toy") / "run"
+    done = run_script("train", "experiment=toy", f"hydra.run.dir={run_dir}",
+                      env={"MTX_CACHE": str(run_dir.parent / "cache")})
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return run_dir

@@ -1,0 +1,79 @@
+"""Hydra configs: every group and experiment composes, typed configs reject bad values, and the
+scripts turn bad overrides into one clear line."""
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from mtx.cli import typed
+from mtx.config import ConfigError, ModelConfig
+from tests.conftest import ROOT, run_script
+
+CONF = ROOT / "conf"
+
+
+def _compose(primary, overrides=()):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name=primary, overrides=list(overrides), return_hydra_config=True)
+
+
+def _options(group):
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group", ["model", "data", "train", "decode"])
+def test_every_group_option_composes_and_types(group):
+    for option in _options(group):
+        cfg = _compose("train", [f"{group}={option}"])
+        cfg.hydra.runtime.cwd = str(ROOT)  # what @hydra.main sets
+        typed(cfg, group)
+
+
+@pytest.mark.parametrize("experiment", _options("experiment"))
+def test_every_experiment_composes(experiment):
+    cfg = _compose("train", [f"experiment={experiment}"])
+    for group in ("model", "data", "train", "decode"):
+        typed(cfg, group)
+
+
+def test_head_sweep_is_a_multirun_over_heads():
+    cfg = _compose("train", ["sweep=heads"])
+    assert cfg.hydra.mode.name == "MULTIRUN"
+    assert cfg.hydra.sweeper.params["model.num_heads"] == "1,2,4,8,16"
+
+
+@pytest.mark.parametrize("primary", ["translate", "evaluate"])
+def test_inference_configs_compose(primary):
+    cfg = _compose(primary, ["ckpt=somewhere", "decode=greedy"])
+    assert typed(cfg, "decode").beam_size == 1
+
+
+def test_overrides_reach_the_typed_config():
+    cfg = _compose("train", ["model.num_heads=8", "model.num_hiddens=128", "data=multi30k_en_fr"])
+    model, data = typed(cfg, "model"), typed(cfg, "data")
+    assert (model.num_heads, model.head_dim, data.tgt_lang) == (8, 16, "fr")
+
+
+def test_typed_rejects_unknown_keys_and_impossible_sizes():
+    cfg = _compose("train")
+    OmegaConf.set_struct(cfg, False)
+    cfg.model.num_layers = 6
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) model\.num_layers"):
+        typed(cfg, "model")
+    with pytest.raises(ConfigError, match="num_hiddens=256 is not divisible by model.num_heads=3"):
+        ModelConfig(num_hiddens=256, num_heads=3)
+
+
+def test_bad_override_is_one_line_from_the_script(tmp_path):
+    done = run_script("train", "model.num_heads=3", f"hydra.run.dir={tmp_path}")
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2
+    assert lines[-1].startswith("error: model.num_hiddens=256 is not divisible by model.num_heads=3")
+    assert "Traceback" not in done.stderr.decode()
+
+
+def test_unknown_key_is_refused_without_traceback(tmp_path):
+    done = run_script("train", "model.num_layer=6", f"hydra.run.dir={tmp_path}")
+    err = done.stderr.decode()
+    assert done.returncode != 0 and "num_layer" in err and "Traceback" not in err

@@ -1,0 +1,131 @@
+"""Data: Multi30k verification and errors, parallel-file checks, bucketing, tokenizers."""
+import gzip
+import shutil
+from collections import Counter
+
+import numpy as onp
+import pytest
+
+from mtx import data
+from mtx.data import DataError, bucket_batches, load_multi30k, read_parallel
+from mtx.vocab import BOS, EOS, PAD, SentencePieceTokenizer, train_sentencepiece
+
+
+def test_real_multi30k_counts(multi30k_dir, tmp_path):
+    splits = load_multi30k("en", "de", str(multi30k_dir), tmp_path)
+    assert {k: len(v[0]) for k, v in splits.items()} == {
+        "train": 29000, "val": 1014, "test_2016_flickr": 1000}
+    assert all(len(src) == len(tgt) for src, tgt in splits.values())
+    assert splits["val"][0][0] == "A group of men are loading cotton onto a truck"
+    fr = load_multi30k("fr", "en", str(multi30k_dir), tmp_path)
+    assert fr["test_2016_flickr"][1] == splits["test_2016_flickr"][0]  # reverse direction
+
+
+def _copy_multi30k(src_dir, dst_dir):
+    dst_dir.mkdir()
+    for name in data.MULTI30K_SHA256:
+        shutil.copy(src_dir / name, dst_dir / name)
+    return dst_dir
+
+
+def test_corrupted_file_is_named(multi30k_dir, tmp_path):
+    raw = _copy_multi30k(multi30k_dir, tmp_path / "raw")
+    with open(raw / "val.de.gz", "ab") as f:
+        f.write(b"x")
+    with pytest.raises(DataError, match=r"val\.de\.gz has SHA256 .* corrupted"):
+        load_multi30k("en", "de", str(raw), tmp_path)
+
+
+def test_missing_file_and_unreadable_dir(multi30k_dir, tmp_path):
+    raw = _copy_multi30k(multi30k_dir, tmp_path / "raw")
+    (raw / "train.en.gz").unlink()
+    with pytest.raises(DataError, match=r"train\.en\.gz is missing"):
+        load_multi30k("en", "de", str(raw), tmp_path)
+    with pytest.raises(DataError, match="not a readable directory"):
+        load_multi30k("en", "de", str(tmp_path / "nowhere"), tmp_path)
+
+
+def test_no_network_is_one_clear_error_and_leaves_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(data, "MULTI30K_URL", "http://127.0.0.1:9/")  # nothing listens there
+    with pytest.raises(DataError, match="cannot download .* MTX_MULTI30K_DIR"):
+        load_multi30k("en", "de", None, tmp_path)
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+def test_download_goes_through_checksum_into_cache(multi30k_dir, monkeypatch, tmp_path):
+    monkeypatch.setattr(data, "MULTI30K_URL", multi30k_dir.as_uri() + "/")  # a file:// mirror
+    splits = load_multi30k("en", "fr", None, tmp_path)
+    assert len(splits["train"][0]) == 29000
+    assert sorted(p.name for p in (tmp_path / "multi30k").iterdir()) == sorted(
+        n for n in data.MULTI30K_SHA256 if n.split(".")[1] in ("en", "fr"))
+
+
+@pytest.mark.parametrize("src_text, tgt_text, message", [
+    (b"a\nb\nc\n", b"x\ny\n", r"has 3 lines but .* has 2"),
+    (b"a\n\nc\n", b"x\ny\nz\n", r"src\.txt:2: empty line"),
+    (b"a\nb\xff\xfe\nc\n", b"x\ny\nz\n", r"src\.txt:2: not valid UTF-8"),
+])
+def test_bad_parallel_files(tmp_path, src_text, tgt_text, message):
+    (tmp_path / "src.txt").write_bytes(src_text)
+    (tmp_path / "tgt.txt").write_bytes(gzip.compress(tgt_text))
+    (tmp_path / "tgt.txt.gz").write_bytes(gzip.compress(tgt_text))
+    with pytest.raises(DataError, match=message):
+        read_parallel(tmp_path / "src.txt", tmp_path / "tgt.txt.gz")
+
+
+def _random_pairs(n, seed=0):
+    rng = onp.random.RandomState(seed)
+    src = [list(rng.randint(4, 50, rng.randint(1, 30))) for _ in range(n)]
+    tgt = [list(rng.randint(4, 50, rng.randint(1, 30))) for _ in range(n)]
+    return src, tgt
+
+
+def test_bucketing_keeps_every_pair_once_with_right_lengths():
+    src, tgt = _random_pairs(700)
+    batches = bucket_batches(src, tgt, batch_tokens=512, shuffle=True, seed=3)
+    seen = Counter(int(i) for b in batches for i in b.ids)
+    assert sorted(seen) == list(range(700)) and set(seen.values()) == {1}
+    for b in batches:
+        assert b.src_tokens.shape[0] * b.src_tokens.shape[1] <= 512 * 2
+        for r, i in enumerate(b.ids):
+            s, t = src[i], tgt[i]
+            assert b.src_valid_len[r] == len(s) + 1 and b.tgt_valid_len[r] == len(t) + 1
+            assert list(b.src_tokens[r, :len(s) + 1]) == s + [EOS]
+            assert (b.src_tokens[r, len(s) + 1:] == PAD).all()
+            assert list(b.tgt_in[r, :len(t) + 1]) == [BOS] + t
+            assert list(b.tgt_out[r, :len(t) + 1]) == t + [EOS]
+
+
+def test_bucketing_shuffle_is_seeded():
+    src, tgt = _random_pairs(300)
+    order = lambda seed: [tuple(b.ids) for b in bucket_batches(src, tgt, 256, True, seed)]
+    assert order(1) == order(1)
+    assert order(1) != order(2)
+    assert sorted(order(1)) != order(1) or len(order(1)) == 1
+
+
+def test_sentencepiece_is_cached_by_content(tmp_path):
+    texts = [f"the {w} sat on the mat number {i}" for i, w in
+             enumerate(["cat", "dog", "bird", "fish"] * 50)]
+    model = train_sentencepiece(texts, 60, tmp_path)
+    stamp = model.stat().st_mtime_ns
+    assert train_sentencepiece(texts, 60, tmp_path) == model and model.stat().st_mtime_ns == stamp
+    assert train_sentencepiece(texts + ["one more line"], 60, tmp_path) != model
+    tok = SentencePieceTokenizer(model)
+    ids = tok.encode(["the cat sat on the mat"])[0]
+    assert tok.decode([ids]) == ["the cat sat on the mat"]
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+def test_corrupted_sentencepiece_model_is_one_clear_error(tmp_path):
+    bad = tmp_path / "spm.model"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="not a readable SentencePiece model"):
+        SentencePieceTokenizer(bad)
+
+
+def test_toy_task_reverses():
+    splits = data.make_toy("reverse", 10, 2, 5, [50, 5, 5], seed=0)
+    for src, tgt in zip(*splits["train"]):
+        assert tgt.split() == src.split()[::-1]
+    assert data.make_toy("reverse", 10, 2, 5, [50, 5, 5], seed=0) == splits

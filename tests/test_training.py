@@ -1,0 +1,112 @@
+"""Training pieces: loss, schedule, checkpoints, determinism, and the toy task end to end."""
+import dataclasses
+import json
+import math
+
+import mxnet as mx
+import numpy as onp
+import pytest
+from mxnet import np, npx
+
+from mtx import checkpoint as ckpt
+from mtx.config import DataConfig, DecodeConfig, TrainConfig
+from mtx.corpus import load_corpus
+from mtx.loss import LabelSmoothedCrossEntropy
+from mtx.model import Transformer
+from mtx.schedule import inverse_sqrt_warmup
+from mtx.trainer import Fit
+
+
+def test_loss_without_smoothing_is_masked_nll():
+    logits = np.random.normal(size=(2, 3, 7))
+    tgt_out = np.array([[1, 2, 3], [4, 5, 0]], dtype="int32")
+    tgt_len = np.array([3, 2], dtype="int32")
+    loss_fn = LabelSmoothedCrossEntropy(7, 0.0)
+    loss_fn.initialize()
+    loss, nll = loss_fn(logits, tgt_out, tgt_len)
+    logp = npx.log_softmax(logits, axis=-1).asnumpy()
+    expected = -sum(logp[b, t, int(tgt_out[b, t])] for b in range(2) for t in range(int(tgt_len[b])))
+    assert float(nll) == pytest.approx(expected, rel=1e-5)
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
+def test_label_smoothing_adds_the_uniform_cross_entropy():
+    logits = np.random.normal(size=(1, 2, 5))
+    tgt_out, tgt_len = np.array([[1, 2]], dtype="int32"), np.array([2], dtype="int32")
+    loss_fn = LabelSmoothedCrossEntropy(5, 0.1)
+    loss_fn.initialize()
+    loss, nll = loss_fn(logits, tgt_out, tgt_len)
+    uniform = -npx.log_softmax(logits, axis=-1).asnumpy().mean(axis=-1).sum()
+    assert float(loss) == pytest.approx(0.9 * float(nll) + 0.1 * uniform, rel=1e-5)
+
+
+def test_inverse_sqrt_warmup():
+    assert inverse_sqrt_warmup(50, 1e-3, 100) == pytest.approx(5e-4)
+    assert inverse_sqrt_warmup(100, 1e-3, 100) == pytest.approx(1e-3)
+    assert inverse_sqrt_warmup(400, 1e-3, 100) == pytest.approx(5e-4)
+
+
+def test_checkpoint_round_trip_and_bad_checkpoints(tiny_cfg, tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    model = Transformer(tiny_cfg)
+    model.initialize(mx.init.Xavier())
+    ckpt.save_model_config(tiny_cfg, tmp_path)
+    path = tmp_path / "checkpoints" / "best.params"
+    ckpt.save_params(model, path, step=7)
+    src = np.array([[5, 6, 3]], dtype="int32")
+    args = (src, np.array([3], dtype="int32"), np.array([[2, 7]], dtype="int32"))
+    loaded = ckpt.load_model(tmp_path, mx.cpu(), "best")
+    assert onp.array_equal(loaded(*args).asnumpy(), model(*args).asnumpy())
+    assert not list(tmp_path.rglob(".*.tmp"))
+
+    path.write_bytes(path.read_bytes()[:-100])  # truncated
+    with pytest.raises(ckpt.CheckpointError, match="best.params: checksum mismatch"):
+        ckpt.load_model(tmp_path, mx.cpu(), "best")
+    ckpt.save_params(model, path, step=7)
+    other = dataclasses.replace(tiny_cfg, num_heads=4)
+    ckpt.save_model_config(other, tmp_path)
+    with pytest.raises(ckpt.CheckpointError, match="different model config"):
+        ckpt.load_model(tmp_path, mx.cpu(), "best")
+    with pytest.raises(ckpt.CheckpointError, match="is missing"):
+        ckpt.load_model(tmp_path / "nothing", mx.cpu(), "best")
+
+
+def _short_fit(tmp_path, seed):
+    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_len=64)
+    corpus = load_corpus(data_cfg, tmp_path / "cache", seed)
+    from mtx.config import ModelConfig
+    model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
+                            num_decoder_layers=1, dropout=0.1, vocab_size=len(corpus.tokenizer))
+    train_cfg = TrainConfig(batch_tokens=256, max_epochs=1, eval_bleu=False, warmup_steps=5)
+    from mtx.trainer import seed_everything
+    seed_everything(seed)
+    fit = Fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(), tmp_path / f"run{seed}",
+              mx.cpu(), seed)
+    fit.run()
+    return {k: p.data().asnumpy() for k, p in fit.model._collect_params_with_prefix().items()}, fit
+
+
+def test_same_seed_gives_the_same_run(tmp_path):
+    first, fit = _short_fit(tmp_path / "a", seed=5)
+    second, _ = _short_fit(tmp_path / "b", seed=5)
+    assert first.keys() == second.keys()
+    for name in first:
+        assert onp.array_equal(first[name], second[name]), name
+    record = json.loads((fit.run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert set(record) == {"step", "epoch", "train/loss", "valid/loss", "valid/bleu",
+                           "train/tok_s", "wall_minutes"}
+    assert math.isfinite(record["train/loss"]) and record["step"] == fit.step > 0
+
+
+def test_toy_task_is_learned_through_the_script(toy_run):
+    """scripts/train.py experiment=toy: about a minute on 2 cores, then near-perfect reversal."""
+    report = json.loads((toy_run / "report.json").read_text())
+    scores = report["scores"]["test_2016_flickr"]
+    assert scores["exact_match"] >= 90.0, scores
+    assert scores["sacrebleu"]["score"] >= 95.0 and "version:2." in scores["sacrebleu"]["signature"]
+    assert report["src_lang"] == "src" and report["parameters"] > 0 and report["train_minutes"] > 0
+    for name in ("model.json", "data.json", "toy_symbols.json", "metrics.jsonl",
+                 "checkpoints/best.params", "checkpoints/best.json", ".hydra/config.yaml"):
+        assert (toy_run / name).is_file(), name
+    epochs = [json.loads(line) for line in (toy_run / "metrics.jsonl").read_text().splitlines()]
+    assert len(epochs) == report["epochs"] and epochs[-1]["valid/bleu"] > epochs[0]["valid/bleu"]
