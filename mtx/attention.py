@@ -120,6 +120,6 @@ class MultiHeadAttention(HybridBlock):
         context, attn_weights = self.attention(q_heads, k_heads, v_heads, valid_lens)
         if head_gate is not None:
             context = F.npx.reshape(context, (-6, -1, self.num_heads, -2, -2))  # (B, H, Tq, Dh)
-            context = context * head_gate.reshape(1, -1, 1, 1)
+            context = context * head_gate.astype("float32").reshape(1, -1, 1, 1)
             context = F.npx.reshape(context, (-5, -2, -2))  # (B*H, Tq, Dh)
         return self.W_o(transpose_output(context, self.num_heads, F)), attn_weights  # (B, Tq, D)

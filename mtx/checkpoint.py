@@ -35,16 +35,22 @@ def atomic_write_text(path, text):
     os.replace(tmp, path)
 
 
+def atomic_save(write, path):
+    """Call ``write(tmp_path)``, flush it to disk, then rename it to ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write(str(tmp))
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def save_params(model, path, **meta):
     """Write ``path`` (.params) and its ``.json`` sidecar atomically; returns the sidecar dict."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    model.save_parameters(str(tmp))
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    sidecar = dict(meta, sha256=sha256_of(tmp), config=dataclasses.asdict(model.cfg),
+    atomic_save(model.save_parameters, path)
+    sidecar = dict(meta, sha256=sha256_of(path), config=dataclasses.asdict(model.cfg),
                    config_digest=config_digest(model.cfg))
-    os.replace(tmp, path)
     atomic_write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=1))
     return sidecar
 

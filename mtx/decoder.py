@@ -32,13 +32,22 @@ class DecoderBlock(HybridBlock):
 
     def hybrid_forward(self, F, Y, memory, src_valid_len, self_valid_len,
                        self_gate=None, cross_gate=None):
-        h = self.addnorm1.sublayer_input(Y)
-        Y = self.addnorm1(Y, self.self_attention(h, h, h, self_valid_len, self_gate))
-        h = self.addnorm2.sublayer_input(Y)
-        Y = self.addnorm2(Y, self.cross_attention(h, memory, memory, src_valid_len, cross_gate))
-        return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y)))
+        return self.forward_with_weights(F, Y, memory, src_valid_len, self_valid_len,
+                                         self_gate, cross_gate)[0]
 
-    def step(self, y, cache, src_valid_len):
+    def forward_with_weights(self, F, Y, memory, src_valid_len, self_valid_len,
+                             self_gate=None, cross_gate=None):
+        """-> (output (B, T, D), self weights (B*H, T, T), cross weights (B*H, T, S))."""
+        h = self.addnorm1.sublayer_input(Y)
+        out, self_weights = self.self_attention.attend(F, h, h, h, self_valid_len, self_gate)
+        Y = self.addnorm1(Y, out)
+        h = self.addnorm2.sublayer_input(Y)
+        out, cross_weights = self.cross_attention.attend(F, h, memory, memory, src_valid_len,
+                                                         cross_gate)
+        Y = self.addnorm2(Y, out)
+        return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), self_weights, cross_weights
+
+    def step(self, y, cache, src_valid_len, self_gate=None, cross_gate=None):
         """One position: y (B, 1, D) -> (B, 1, D). ``cache`` holds this layer's 'cross' (K, V)
         and 'self' (K, V) of the earlier positions, each (B*H, t, Dh); 'self' grows here.
         Also returns the self- and cross-attention weights, (B*H, 1, t+1) and (B*H, 1, S)."""
@@ -48,12 +57,15 @@ class DecoderBlock(HybridBlock):
             k_new = np.concatenate([cache["self"][0], k_new], axis=1)  # (B*H, t+1, Dh)
             v_new = np.concatenate([cache["self"][1], v_new], axis=1)
         cache["self"] = (k_new, v_new)
-        out, self_weights = self.self_attention.attend(nd, h, None, None, None, None,
+        # every cached position is visible; lengths (not None) keep the attention block's cached
+        # graph the same as in forward_with_weights
+        visible = np.full((y.shape[0],), k_new.shape[1], dtype="int32", ctx=y.ctx)  # (B,)
+        out, self_weights = self.self_attention.attend(nd, h, None, None, visible, self_gate,
                                                        kv_heads=cache["self"])
         y = self.addnorm1(y, out)
         h = self.addnorm2.sublayer_input(y)
-        out, cross_weights = self.cross_attention.attend(nd, h, None, None, src_valid_len, None,
-                                                         kv_heads=cache["cross"])
+        out, cross_weights = self.cross_attention.attend(nd, h, None, None, src_valid_len,
+                                                         cross_gate, kv_heads=cache["cross"])
         y = self.addnorm2(y, out)
         y = self.addnorm3(y, self.ffn(self.addnorm3.sublayer_input(y)))
         return y, self_weights, cross_weights
@@ -77,8 +89,7 @@ class Decoder(HybridBlock):
 
     def hybrid_forward(self, F, Y, memory, src_valid_len, self_valid_len, head_gates=None):
         for i, block in enumerate(self.blocks):
-            gates = (None, None) if head_gates is None else (head_gates[2 * i], head_gates[2 * i + 1])
-            Y = block(Y, memory, src_valid_len, self_valid_len, *gates)
+            Y = block(Y, memory, src_valid_len, self_valid_len, *layer_gates(head_gates, i))
         return self.final_norm(Y) if self.pre_norm else Y
 
     def init_cache(self, memory, src_valid_len):
@@ -86,8 +97,15 @@ class Decoder(HybridBlock):
         return [{"cross": block.cross_attention.project_kv(nd, memory, memory), "self": None}
                 for block in self.blocks]
 
-    def step(self, y, caches, src_valid_len):
+    def step(self, y, caches, src_valid_len, head_gates=None):
         """y (B, 1, D) -> (B, 1, D) and the last layer's cross-attention weights (B*H, 1, S)."""
-        for block, cache in zip(self.blocks, caches):
-            y, _, cross_weights = block.step(y, cache, src_valid_len)
+        for i, (block, cache) in enumerate(zip(self.blocks, caches)):
+            y, _, cross_weights = block.step(y, cache, src_valid_len, *layer_gates(head_gates, i))
         return (self.final_norm(y) if self.pre_norm else y), cross_weights
+
+
+def layer_gates(head_gates, layer):
+    """(self, cross) gate rows of decoder layer ``layer`` from (2 * Ld, H) gates, or Nones."""
+    if head_gates is None:
+        return None, None
+    return head_gates[2 * layer], head_gates[2 * layer + 1]

@@ -23,9 +23,14 @@ class EncoderBlock(HybridBlock):
             self.addnorm2 = Residual(D, cfg.dropout, cfg.pre_norm)
 
     def hybrid_forward(self, F, X, src_valid_len, head_gate=None):
+        return self.forward_with_weights(F, X, src_valid_len, head_gate)[0]
+
+    def forward_with_weights(self, F, X, src_valid_len, head_gate=None):
+        """-> (output (B, S, D), self-attention weights (B*H, S, S))."""
         h = self.addnorm1.sublayer_input(X)
-        X = self.addnorm1(X, self.attention(h, h, h, src_valid_len, head_gate))
-        return self.addnorm2(X, self.ffn(self.addnorm2.sublayer_input(X)))
+        out, weights = self.attention.attend(F, h, h, h, src_valid_len, head_gate)
+        X = self.addnorm1(X, out)
+        return self.addnorm2(X, self.ffn(self.addnorm2.sublayer_input(X))), weights
 
 
 @use_np

@@ -1,10 +1,10 @@
 """The sequence-to-sequence Transformer: embeddings, encoder, decoder, output projection."""
-from mxnet import npx
+from mxnet import nd, npx
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
 
 from .config import ModelConfig
-from .decoder import Decoder
+from .decoder import Decoder, layer_gates
 from .encoder import Encoder
 from .layers import TokenEmbedding
 from .masks import causal_valid_len
@@ -59,9 +59,7 @@ class Transformer(HybridBlock):
         return self.src_embed if self.tgt_embed_own is None else self.tgt_embed_own
 
     def hybrid_forward(self, F, src_tokens, src_valid_len, tgt_in, head_gates=None):
-        num_enc = self.cfg.num_encoder_layers
-        enc_gates = None if head_gates is None else head_gates[:num_enc]
-        dec_gates = None if head_gates is None else head_gates[num_enc:]
+        enc_gates, dec_gates = self._split_gates(head_gates)
         memory = self.encoder(self.src_embed(src_tokens), src_valid_len, enc_gates)  # (B, S, D)
         Y = self.tgt_embed(tgt_in)  # (B, T, D)
         self_valid_len = causal_valid_len(F, Y, src_valid_len)  # (B, T)
@@ -69,21 +67,49 @@ class Transformer(HybridBlock):
         return self.output(hidden)  # (B, T, V)
 
     # -- inference ---------------------------------------------------------------------------
-    def encode(self, src_tokens, src_valid_len):
-        """(B, S) -> memory (B, S, D)."""
-        return self.encoder(self.src_embed(src_tokens), src_valid_len)
+    def _split_gates(self, head_gates):
+        if head_gates is None:
+            return None, None
+        return head_gates[:self.cfg.num_encoder_layers], head_gates[self.cfg.num_encoder_layers:]
 
-    def init_state(self, src_tokens, src_valid_len):
-        """Decoder state for incremental decoding: per-layer caches and the source lengths."""
-        memory = self.encode(src_tokens, src_valid_len)
+    def encode(self, src_tokens, src_valid_len, head_gates=None):
+        """(B, S) -> memory (B, S, D). Pass head_gates always or never to a hybridized model."""
+        enc_gates = self._split_gates(head_gates)[0]
+        if enc_gates is None:
+            return self.encoder(self.src_embed(src_tokens), src_valid_len)
+        return self.encoder(self.src_embed(src_tokens), src_valid_len, enc_gates)
+
+    def init_state(self, src_tokens, src_valid_len, head_gates=None):
+        """Decoder state for incremental decoding: per-layer caches, source lengths, gates."""
+        memory = self.encode(src_tokens, src_valid_len, head_gates)
         return {"caches": self.decoder.init_cache(memory, src_valid_len),
-                "src_valid_len": src_valid_len, "t": 0}
+                "src_valid_len": src_valid_len, "t": 0,
+                "gates": self._split_gates(head_gates)[1]}
 
     def step(self, tokens, state):
         """tokens (B,) at position state['t'] -> log-probabilities (B, V); advances the state.
         Also returns the last layer's cross-attention weights (B*H, 1, S)."""
         y = self.tgt_embed.step(tokens.reshape(-1, 1), state["t"])  # (B, 1, D)
-        hidden, cross_weights = self.decoder.step(y, state["caches"], state["src_valid_len"])
+        hidden, cross_weights = self.decoder.step(y, state["caches"], state["src_valid_len"],
+                                                  state["gates"])
         state["t"] += 1
         logits = self.output(hidden)[:, 0, :]  # (B, 1, V) -> (B, V)
         return npx.log_softmax(logits, axis=-1), cross_weights
+
+    def attention_weights(self, src_tokens, src_valid_len, tgt_in, head_gates=None):
+        """Teacher-forced pass (imperative) -> one (B*H, Tq, Tk) weight array per attention
+        layer, in head_gates row order (encoder self, then decoder self and cross per layer)."""
+        enc_gates, dec_gates = self._split_gates(head_gates)
+        weights, X = [], self.src_embed(src_tokens)
+        for i, block in enumerate(self.encoder.blocks):
+            gate = None if enc_gates is None else enc_gates[i]
+            X, w = block.forward_with_weights(nd, X, src_valid_len, gate)
+            weights.append(w)
+        memory = self.encoder.final_norm(X) if self.cfg.pre_norm else X
+        Y = self.tgt_embed(tgt_in)
+        self_valid_len = causal_valid_len(nd, Y, src_valid_len)
+        for i, block in enumerate(self.decoder.blocks):
+            Y, w_self, w_cross = block.forward_with_weights(nd, Y, memory, src_valid_len,
+                                                            self_valid_len, *layer_gates(dec_gates, i))
+            weights += [w_self, w_cross]
+        return weights

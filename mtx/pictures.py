@@ -2,7 +2,7 @@
 from pathlib import Path
 
 import numpy as onp
-from mxnet import nd, np
+from mxnet import np
 
 from .search import greedy_search
 from .vocab import BOS, EOS
@@ -13,27 +13,13 @@ def attention_weights(model, src_ids, tgt_ids, ctx):
     {(kind, layer): (H, rows, columns)} for encoder self, decoder self and decoder cross."""
     src = np.array([src_ids + [EOS]], dtype="int32", ctx=ctx)
     src_len = np.array([len(src_ids) + 1], dtype="int32", ctx=ctx)
-    weights = {}
-    X = model.src_embed(src)
-    for i, block in enumerate(model.encoder.blocks):
-        h = block.addnorm1.sublayer_input(X)
-        weights[("encoder self", i)] = block.attention.attend(nd, h, h, h, src_len)[1].asnumpy()
-        X = block(X, src_len)
-    state = model.init_state(src, src_len)
-    T = len(tgt_ids) + 1
-    for i in range(len(model.decoder.blocks)):
-        weights[("decoder self", i)] = onp.zeros((model.decoder.blocks[i].self_attention.num_heads,
-                                                  T, T), "float32")
-        weights[("decoder cross", i)] = []
-    for t, token in enumerate([BOS] + tgt_ids):
-        y = model.tgt_embed.step(np.array([[token]], dtype="int32", ctx=ctx), t)
-        for i, (block, cache) in enumerate(zip(model.decoder.blocks, state["caches"])):
-            y, self_w, cross_w = block.step(y, cache, src_len)
-            weights[("decoder self", i)][:, t, :t + 1] = self_w.asnumpy()[:, 0, :]
-            weights[("decoder cross", i)].append(cross_w.asnumpy()[:, 0, :])
-    for i in range(len(model.decoder.blocks)):
-        weights[("decoder cross", i)] = onp.stack(weights[("decoder cross", i)], axis=1)
-    return weights
+    tgt_in = np.array([[BOS] + tgt_ids], dtype="int32", ctx=ctx)
+    layers = model.attention_weights(src, src_len, tgt_in)
+    num_enc = model.cfg.num_encoder_layers
+    kinds = [("encoder self", i) for i in range(num_enc)] + [
+        (kind, i) for i in range(model.cfg.num_decoder_layers)
+        for kind in ("decoder self", "decoder cross")]
+    return {kind: w.asnumpy() for kind, w in zip(kinds, layers)}
 
 
 def attention_pictures(model, tokenizer, sentence, out_dir, ctx):
@@ -66,3 +52,42 @@ def attention_pictures(model, tokenizer, sentence, out_dir, ctx):
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def importance_heatmaps(scores, layer_names, path):
+    """One heatmap per score (layers x heads), side by side, into ``path`` (PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(scores), figsize=(3.6 * len(scores), 0.45 * len(layer_names) + 1.5),
+                             squeeze=False)
+    for ax, (name, values) in zip(axes[0], scores.items()):
+        image = ax.imshow(values, cmap="magma", aspect="auto")
+        ax.set_title(name.replace("_", " "), fontsize=9)
+        ax.set_xticks(range(values.shape[1]), [f"h{h + 1}" for h in range(values.shape[1])], fontsize=7)
+        ax.set_yticks(range(len(layer_names)), layer_names, fontsize=7)
+        for (a, h), v in onp.ndenumerate(values):
+            ax.text(h, a, f"{v:.2f}", ha="center", va="center", fontsize=6, color="cyan")
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def pruning_plot(curves, total_heads, path):
+    """BLEU vs heads removed, one line per removal order."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for name, points in curves.items():
+        xs, ys = zip(*points)
+        style = dict(color="C0", lw=2) if name == "importance" else dict(color="gray", lw=1, ls="--")
+        ax.plot([100 * x / total_heads for x in xs], ys, marker="o", ms=3, label=name, **style)
+    ax.set_xlabel("heads gated off (% of all)")
+    ax.set_ylabel("BLEU (greedy)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

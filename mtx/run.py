@@ -48,6 +48,8 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
     ckpt.atomic_write_text(run_dir / "data.json", json.dumps(dataclasses.asdict(data_cfg), indent=1))
     save_tokenizer(corpus.tokenizer, run_dir)
     fit = Fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctx, seed)
+    if train_cfg.resume and not fit.restore():
+        log.info("train.resume=true but %s has no checkpoint yet: starting fresh", run_dir)
     log.info("model: %s parameters; %d training pairs; device %s",
              f"{count_parameters(fit.model):,}", len(fit.train_src), ctx)
     train_minutes = fit.run()

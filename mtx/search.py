@@ -48,18 +48,20 @@ def _expand_state(state, beam_size):
 
 
 def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=0.6,
-                max_len_a=1.5, max_len_b=10, nbest=1):
+                max_len_a=1.5, max_len_b=10, nbest=1, head_gates=None):
     """src_tokens (B, S), src_valid_len (B,) on the model's device -> for each sentence a list of
-    ``nbest`` (token ids without EOS, normalised score), best first. Beam 1 is greedy search."""
+    ``nbest`` (token ids without EOS, normalised score), best first. Beam 1 is greedy search.
+    ``head_gates`` (A, H) scales heads as in `Transformer.forward`."""
     B, K = src_tokens.shape[0], beam_size
     ctx = src_tokens.ctx
     limits, steps = _max_steps(src_valid_len.asnumpy(), max_len_a, max_len_b,
                                model.cfg.max_len - 1)
     limits = np.array(onp.repeat(limits, K), dtype="float32", ctx=ctx).reshape(-1, 1)  # (B*K, 1)
-    state = model.init_state(src_tokens, src_valid_len)
+    state = model.init_state(src_tokens, src_valid_len, head_gates)
     _expand_state(state, K)
     tokens = np.full((B * K,), BOS, dtype="int32", ctx=ctx)
-    raw = np.array(onp.tile([0.0] + [NEG_INF] * (K - 1), B), dtype="float32", ctx=ctx)  # (B*K,) sum of log-probs
+    # (B*K,) sums of log-probabilities; only the first beam of each sentence is alive at t = 0
+    raw = np.array(onp.tile([0.0] + [NEG_INF] * (K - 1), B), dtype="float32", ctx=ctx)
     finished = np.zeros((B * K,), ctx=ctx)
     history = []  # per step: (tokens (B*K,), origin rows (B*K,))
     eos_only = np.full((1, 1), NEG_INF, ctx=ctx)
@@ -110,18 +112,20 @@ def _backtrack(history, raw, B, K, alpha, nbest):
     return results
 
 
-def greedy_search(model, src_tokens, src_valid_len, max_len_a=1.5, max_len_b=10):
+def greedy_search(model, src_tokens, src_valid_len, max_len_a=1.5, max_len_b=10,
+                  head_gates=None):
     """The argmax at every step: token ids per sentence (EOS removed)."""
     return [hyps[0][0] for hyps in beam_search(model, src_tokens, src_valid_len, 1, 0.0,
-                                                max_len_a, max_len_b, 1)]
+                                                max_len_a, max_len_b, 1, head_gates)]
 
 
 class Translator:
     """Lines of text -> lines of text with a trained model: tokenize, batch by source length,
     search, detokenize, and return results in input order. Empty lines translate to ''."""
 
-    def __init__(self, model, tokenizer, decode_cfg, ctx):
+    def __init__(self, model, tokenizer, decode_cfg, ctx, head_gates=None):
         self.model, self.tokenizer, self.cfg, self.ctx = model, tokenizer, decode_cfg, ctx
+        self.head_gates = head_gates
         self.max_src_len = model.cfg.max_len - 1
 
     def translate_ids(self, src_ids):
@@ -138,7 +142,7 @@ class Translator:
             hyps = beam_search(self.model, np.array(src, ctx=self.ctx),
                                np.array(src_len, ctx=self.ctx), self.cfg.beam_size,
                                self.cfg.length_penalty, self.cfg.max_len_a, self.cfg.max_len_b,
-                               self.cfg.nbest)
+                               self.cfg.nbest, self.head_gates)
             for j, h in zip(group, hyps):
                 results[todo[j]] = h
         return results

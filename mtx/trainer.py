@@ -78,12 +78,13 @@ class Fit:
                                      {"learning_rate": train_cfg.lr, "beta1": 0.9,
                                       "beta2": train_cfg.beta2, "epsilon": 1e-9,
                                       "wd": train_cfg.weight_decay})
-        self.step, self.epoch, self.best_bleu, self.stale_epochs = 0, 0, -1.0, 0
+        self.step, self.epoch, self.best_bleu, self.stale_epochs = 0, 0, None, 0
         self.train_src, self.train_tgt = corpus.train_pairs(data_cfg.max_len)
-        self.start = time.time()
+        self.start, self.minutes_before = time.time(), 0.0
 
     def minutes(self):
-        return (time.time() - self.start) / 60
+        """Training minutes of this run, earlier sessions of a resumed run included."""
+        return self.minutes_before + (time.time() - self.start) / 60
 
     def out_of_time(self):
         return self.cfg.max_minutes is not None and self.minutes() >= self.cfg.max_minutes
@@ -104,8 +105,10 @@ class Fit:
 
     def train_epoch(self):
         """One pass over the shuffled training batches; returns (mean nll, target tokens/s)."""
+        epoch_seed = self.seed * 1000 + self.epoch  # data order and dropout: a resumed epoch
+        seed_everything(epoch_seed)                 # replays exactly
         batches = bucket_batches(self.train_src, self.train_tgt, self.cfg.batch_tokens,
-                                 shuffle=True, seed=self.seed * 1000 + self.epoch)
+                                 shuffle=True, seed=epoch_seed)
         nll_sum, tokens, window_tokens, tic = 0.0, 0, 0, time.time()
         pending = []
         bar = tqdm(batches, desc=f"epoch {self.epoch + 1}", leave=False, mininterval=2,
@@ -145,26 +148,64 @@ class Fit:
     def end_of_epoch(self, train_loss, tok_s):
         val_loss, bleu = self.evaluate("val")
         bleu_score = bleu["score"] if bleu else -val_loss
+        improved = self.best_bleu is None or bleu_score > self.best_bleu
+        if improved:
+            self.best_bleu, self.stale_epochs = bleu_score, 0
+        else:
+            self.stale_epochs += 1
         record = {"step": self.step, "epoch": self.epoch, "train/loss": round(train_loss, 4),
                   "valid/loss": round(val_loss, 4), "valid/bleu": bleu and bleu["score"],
                   "train/tok_s": round(tok_s, 1), "wall_minutes": round(self.minutes(), 2)}
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
+        self.save_checkpoint(improved, record["valid/bleu"])
+        with open(self.run_dir / "metrics.jsonl", "a") as f:  # after the checkpoint it describes
             f.write(json.dumps(record) + "\n")
         log.info("epoch %d step %d train loss %.3f val loss %.3f val BLEU %s tok/s %.0f (%.1f min)",
                  self.epoch, self.step, train_loss, val_loss, record["valid/bleu"], tok_s,
                  self.minutes())
-        meta = dict(step=self.step, epoch=self.epoch, valid_bleu=record["valid/bleu"])
-        ckpt.save_params(self.model, self.run_dir / "checkpoints" / f"epoch_{self.epoch:03d}.params",
-                         **meta)
+
+    def save_checkpoint(self, improved, valid_bleu):
+        """Epoch checkpoint with optimizer state and counters (for resume); best.params too."""
+        ckpt_dir = self.run_dir / "checkpoints"
+        path = ckpt_dir / f"epoch_{self.epoch:03d}.params"
+        ckpt.atomic_save(self.trainer.save_states, path.with_suffix(".states"))
+        meta = dict(step=self.step, epoch=self.epoch, valid_bleu=valid_bleu,
+                    best_bleu=self.best_bleu, stale_epochs=self.stale_epochs,
+                    minutes=self.minutes())
+        ckpt.save_params(self.model, path, **meta)
+        if improved:
+            ckpt.save_params(self.model, ckpt_dir / "best.params", **meta)
         for old in ckpt.epoch_checkpoints(self.run_dir)[:-max(self.cfg.keep_last,
                                                               self.cfg.average_last, 1)]:
-            old.unlink()
-            old.with_suffix(".json").unlink(missing_ok=True)
-        if bleu_score > self.best_bleu:
-            self.best_bleu, self.stale_epochs = bleu_score, 0
-            ckpt.save_params(self.model, self.run_dir / "checkpoints" / "best.params", **meta)
-        else:
-            self.stale_epochs += 1
+            for suffix in (".params", ".json", ".states"):
+                old.with_suffix(suffix).unlink(missing_ok=True)
+
+    def restore(self):
+        """Continue from the newest intact epoch checkpoint (a damaged one is skipped with a
+        warning). Returns the epoch restored, or 0 when there is none."""
+        for path in reversed(ckpt.epoch_checkpoints(self.run_dir)):
+            try:
+                meta = ckpt.check_params(path, self.model.cfg)
+                self.model.load_parameters(str(path), ctx=self.ctx)
+                self.trainer.load_states(str(path.with_suffix(".states")))
+            except (ckpt.CheckpointError, OSError, mx.MXNetError) as err:
+                log.warning("skipping %s: %s", path.name, err)
+                continue
+            self.step, self.epoch = meta["step"], meta["epoch"]
+            self.best_bleu, self.stale_epochs = meta["best_bleu"], meta["stale_epochs"]
+            self.minutes_before, self.start = meta["minutes"], time.time()
+            self.trainer.set_learning_rate(inverse_sqrt_warmup(self.step, self.cfg.lr,
+                                                               self.cfg.warmup_steps))
+            metrics = self.run_dir / "metrics.jsonl"
+            if metrics.is_file():  # drop records of epochs that are being redone
+                kept = [r for r in metrics.read_text().splitlines()
+                        if json.loads(r)["epoch"] <= self.epoch]
+                ckpt.atomic_write_text(metrics, "".join(r + "\n" for r in kept))
+            log.info("resumed from %s (epoch %d, step %d)", path.name, self.epoch, self.step)
+            return self.epoch
+        if ckpt.epoch_checkpoints(self.run_dir):
+            raise ckpt.CheckpointError(f"{self.run_dir}: no intact checkpoint matches this "
+                                       f"config; resume with the run's own settings")
+        return 0
 
     def run(self):
         while self.epoch < self.cfg.max_epochs:

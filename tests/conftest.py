@@ -52,8 +52,12 @@ def multi30k_dir():
 
 @pytest.fixture(scope="session")
 def toy_run(tmp_path_factory):
-    """A model trained on the toy reversal task through scripts/train.py (about a minute)."""
-    run_dir = tmp_path_factory.mktemp("toy") / "run"
+    """A model trained on the toy reversal task through scripts/train.py (about a minute).
+    MTX_TEST_TOY_RUN=<dir> keeps it there between sessions (for development; CI trains anew)."""
+    keep = os.environ.get("MTX_TEST_TOY_RUN")
+    if keep and (Path(keep) / "report.json").is_file():
+        return Path(keep)
+    run_dir = Path(keep) if keep else tmp_path_factory.mktemp("toy") / "run"
     done = run_script("train", "experiment=toy", f"hydra.run.dir={run_dir}",
                       env={"MTX_CACHE": str(run_dir.parent / "cache")})
     assert done.returncode == 0, done.stderr.decode()[-3000:]

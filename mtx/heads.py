@@ -1,0 +1,148 @@
+"""Which heads matter: importance scores, pruning experiments and physical pruning.
+
+The attention block only exposes a per-head gate (`MultiHeadAttention`'s ``head_gate``); this
+module holds the analysis. Gates are an (A, H) array, rows in `ModelConfig.num_attention_layers`
+order: encoder self-attention layers, then (self, cross) for each decoder layer.
+
+- `gradient_importance`: expected sensitivity |dL/d gate| (Michel, Levy & Neubig 2019).
+- `confidence`: a head's mean maximum attention weight over real queries (Voita et al. 2019).
+- `leave_one_out`: the score change when one head alone is gated off.
+- `pruning_curve`: gate off heads in order, scoring after each step.
+- `prune`: a smaller model without the removed heads' rows of W_q/W_k/W_v and columns of W_o.
+"""
+import dataclasses
+
+import mxnet as mx
+import numpy as onp
+from mxnet import autograd, np
+
+from .data import bucket_batches
+from .loss import LabelSmoothedCrossEntropy
+from .model import Transformer
+from .trainer import to_device
+
+
+def layer_names(cfg):
+    """Human names of the gate rows, e.g. 'enc0 self', 'dec1 cross'."""
+    return [f"enc{i} self" for i in range(cfg.num_encoder_layers)] + [
+        f"dec{i} {kind}" for i in range(cfg.num_decoder_layers) for kind in ("self", "cross")]
+
+
+def _batches(src_ids, tgt_ids, batch_tokens=4096):
+    return bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle=False, seed=0)
+
+
+def gradient_importance(model, src_ids, tgt_ids, ctx, normalize=True):
+    """(A, H): mean over target tokens of |d loss / d gate| with all gates at 1, dropout off.
+    With ``normalize`` each layer's scores are divided by their L2 norm (Michel et al.)."""
+    cfg = model.cfg
+    loss_fn = LabelSmoothedCrossEntropy(cfg.vocab_size, 0.0)
+    loss_fn.initialize(ctx=ctx)
+    gates = np.ones((cfg.num_attention_layers, cfg.num_heads), ctx=ctx)
+    gates.attach_grad()
+    total, tokens = onp.zeros(gates.shape), 0
+    for batch in _batches(src_ids, tgt_ids):
+        src, src_len, tgt_in, tgt_out, tgt_len = to_device(batch, ctx)
+        with autograd.record(train_mode=False):
+            _, nll = loss_fn(model(src, src_len, tgt_in, gates), tgt_out, tgt_len)
+        nll.backward()
+        total += onp.abs(gates.grad.asnumpy())
+        tokens += batch.num_tgt_tokens
+    scores = total / tokens
+    if normalize:
+        scores = scores / onp.maximum(onp.linalg.norm(scores, axis=1, keepdims=True), 1e-12)
+    return scores
+
+
+def confidence(model, src_ids, tgt_ids, ctx):
+    """(A, H): mean over real (non-padding) queries of the largest attention weight."""
+    cfg = model.cfg
+    total, count = onp.zeros((cfg.num_attention_layers, cfg.num_heads)), onp.zeros(
+        cfg.num_attention_layers)
+    for batch in _batches(src_ids, tgt_ids):
+        src, src_len, tgt_in, _, _ = to_device(batch, ctx)
+        weights = model.attention_weights(src, src_len, tgt_in)
+        for a, w in enumerate(weights):
+            w = w.asnumpy().reshape(batch.src_tokens.shape[0], cfg.num_heads, *w.shape[1:])
+            q_len = batch.src_valid_len if a < cfg.num_encoder_layers else batch.tgt_valid_len
+            mask = onp.arange(w.shape[2])[None, :] < q_len[:, None]  # (B, Tq) real queries
+            total[a] += (w.max(axis=-1) * mask[:, None, :]).sum(axis=(0, 2))
+            count[a] += mask.sum()
+    return total / count[:, None]
+
+
+def leave_one_out(score_fn, shape):
+    """(A, H): score_fn(all gates) - score_fn(gates with only that head off)."""
+    base = score_fn(onp.ones(shape))
+    drop = onp.zeros(shape)
+    for a in range(shape[0]):
+        for h in range(shape[1]):
+            gates = onp.ones(shape)
+            gates[a, h] = 0
+            drop[a, h] = base - score_fn(gates)
+    return base, drop
+
+
+def removal_order(importance, keep_one_per_layer=True):
+    """Heads (a, h) from least to most important; the most important head of each layer goes
+    last of all (so a layer keeps at least one head until the very end is cut off)."""
+    flat = sorted(((importance[a, h], a, h) for a in range(importance.shape[0])
+                   for h in range(importance.shape[1])))
+    if not keep_one_per_layer:
+        return [(a, h) for _, a, h in flat]
+    last = {a: max(range(importance.shape[1]), key=lambda h: importance[a, h])
+            for a in range(importance.shape[0])}
+    return [(a, h) for _, a, h in flat if last[a] != h]
+
+
+def pruning_curve(score_fn, shape, order, fraction_step=0.1):
+    """Gate off heads in ``order`` in steps of ``fraction_step`` of all heads; returns
+    [(heads removed, score)] starting with (0, full model)."""
+    total = shape[0] * shape[1]
+    step = max(1, int(round(total * fraction_step)))
+    points = []
+    for removed in range(0, len(order) + 1, step):
+        gates = onp.ones(shape)
+        for a, h in order[:removed]:
+            gates[a, h] = 0
+        points.append((removed, score_fn(gates)))
+    return points
+
+
+def kept_heads(gates):
+    """(A, H) 0/1 gates -> list of kept head indices per attention layer."""
+    return [[h for h in range(gates.shape[1]) if gates[a, h] > 0] for a in range(gates.shape[0])]
+
+
+def _attention_blocks(model):
+    """The model's MultiHeadAttention blocks in gate-row order."""
+    blocks = [b.attention for b in model.encoder.blocks]
+    for b in model.decoder.blocks:
+        blocks += [b.self_attention, b.cross_attention]
+    return blocks
+
+
+def prune(model, gates, ctx):
+    """A new, smaller Transformer without the heads whose gate is 0 (at least one head per layer
+    must stay): W_q/W_k/W_v lose those heads' rows and W_o the matching columns. Its outputs
+    equal the gated model's."""
+    keep = kept_heads(gates)
+    if any(not k for k in keep):
+        raise ValueError("every attention layer must keep at least one head")
+    cfg = dataclasses.replace(model.cfg, heads_per_layer=[len(k) for k in keep])
+    pruned = Transformer(cfg)
+    pruned.initialize(ctx=ctx)
+    old, new = model._collect_params_with_prefix(), pruned._collect_params_with_prefix()
+    for name, param in new.items():
+        if ".W_" not in name:
+            param.set_data(old[name].data(ctx))
+    Dh = model.cfg.head_dim
+    for old_block, new_block, heads in zip(_attention_blocks(model), _attention_blocks(pruned), keep):
+        rows = onp.concatenate([onp.arange(h * Dh, (h + 1) * Dh) for h in heads])
+        rows_nd = mx.np.array(rows, dtype="int64", ctx=ctx)
+        for dense in ("W_q", "W_k", "W_v"):
+            w = getattr(old_block, dense).weight.data(ctx)  # (H*Dh, D)
+            getattr(new_block, dense).weight.set_data(np.take(w, rows_nd, axis=0))
+        w_o = old_block.W_o.weight.data(ctx)  # (D, H*Dh)
+        new_block.W_o.weight.set_data(np.take(w_o, rows_nd, axis=1))
+    return pruned

@@ -1,0 +1,102 @@
+"""Head importance and pruning on a toy-trained model."""
+import json
+
+import mxnet as mx
+import numpy as onp
+import pytest
+from mxnet import np
+
+from mtx import heads
+from mtx.corpus import load_corpus
+from mtx.run import load_run
+from mtx.search import greedy_search
+from tests.conftest import run_script
+
+
+@pytest.fixture(scope="module")
+def toy(toy_run):
+    model, tokenizer, data_cfg = load_run(toy_run, mx.cpu())
+    corpus = load_corpus(data_cfg, toy_run / "cache", 1, tokenizer)
+    return model, corpus
+
+
+def _inputs(corpus, n=16):
+    src_ids, tgt_ids = (x[:n] for x in corpus.ids["val"])
+    S, T = max(map(len, src_ids)) + 1, max(map(len, tgt_ids)) + 1
+    src, tgt = onp.zeros((n, S), "int32"), onp.zeros((n, T), "int32")
+    for r, (s, t) in enumerate(zip(src_ids, tgt_ids)):
+        src[r, :len(s) + 1], tgt[r, :len(t) + 1] = s + [3], [2] + t
+    return np.array(src), np.array([len(s) + 1 for s in src_ids], dtype="int32"), np.array(tgt)
+
+
+def test_all_ones_gates_change_nothing(toy):
+    model, corpus = toy
+    src, src_len, tgt = _inputs(corpus)
+    ones = np.ones((model.cfg.num_attention_layers, model.cfg.num_heads))
+    assert onp.array_equal(model(src, src_len, tgt).asnumpy(), model(src, src_len, tgt, ones).asnumpy())
+
+
+def test_gated_off_head_weights_do_not_matter(toy):
+    model, corpus = toy
+    src, src_len, tgt = _inputs(corpus)
+    gates = onp.ones((model.cfg.num_attention_layers, model.cfg.num_heads))
+    gates[0, 1] = gates[3, 2] = 0
+    before = model(src, src_len, tgt, np.array(gates)).asnumpy()
+    block = model.encoder.blocks[0].attention
+    saved = block.W_v.weight.data().copy()
+    Dh = model.cfg.head_dim
+    w = saved.asnumpy()
+    w[Dh:2 * Dh] = 123.0  # head 2 of layer 0
+    block.W_v.weight.set_data(np.array(w))
+    after = model(src, src_len, tgt, np.array(gates)).asnumpy()
+    block.W_v.weight.set_data(saved)
+    assert onp.allclose(before, after, atol=1e-5)
+
+
+def test_importance_is_deterministic_and_layer_normalised(toy):
+    model, corpus = toy
+    src_ids, tgt_ids = (x[:64] for x in corpus.ids["val"])
+    first = heads.gradient_importance(model, src_ids, tgt_ids, mx.cpu())
+    second = heads.gradient_importance(model, src_ids, tgt_ids, mx.cpu())
+    assert onp.array_equal(first, second)
+    assert first.shape == (model.cfg.num_attention_layers, model.cfg.num_heads)
+    assert onp.allclose(onp.linalg.norm(first, axis=1), 1.0)
+    conf = heads.confidence(model, src_ids, tgt_ids, mx.cpu())
+    assert ((conf > 0) & (conf <= 1.0 + 1e-6)).all()
+
+
+def test_removal_order_keeps_one_head_per_layer():
+    importance = onp.array([[0.1, 0.9, 0.5], [0.3, 0.2, 0.8]])
+    assert heads.removal_order(importance) == [(0, 0), (1, 1), (1, 0), (0, 2)]
+
+
+def test_pruned_model_equals_gated_model(toy):
+    model, corpus = toy
+    src, src_len, tgt = _inputs(corpus)
+    gates = onp.ones((model.cfg.num_attention_layers, model.cfg.num_heads))
+    gates[0, 0] = gates[1, 3] = gates[2, 1] = gates[2, 2] = gates[5, 0] = 0
+    pruned = heads.prune(model, gates, mx.cpu())
+    assert pruned.cfg.heads_per_layer == [3, 3, 2, 4, 4, 3]
+    gated = model(src, src_len, tgt, np.array(gates)).asnumpy()
+    assert onp.allclose(pruned(src, src_len, tgt).asnumpy(), gated, atol=1e-4)
+    assert greedy_search(pruned, src, src_len) == greedy_search(model, src, src_len,
+                                                                head_gates=np.array(gates))
+    count = lambda m: sum(p.data().size for p in m.collect_params().values())
+    assert count(model) - count(pruned) == 5 * 4 * model.cfg.head_dim * model.cfg.num_hiddens
+
+
+def test_heads_script_runs_end_to_end(toy_run):
+    done = run_script("heads", f"ckpt={toy_run}", "max_sentences=60", "leave_one_out=true",
+                      "random_orders=2", "decode.beam_size=2")
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    out = toy_run / "heads"
+    importance = json.loads((out / "importance.json").read_text())
+    assert set(importance) >= {"layers", "gradient", "confidence", "leave_one_out_bleu"}
+    curves = json.loads((out / "pruning.json").read_text())["curves"]
+    assert set(curves) == {"importance", "random1", "random2"} and curves["importance"][0][0] == 0
+    speed = json.loads((out / "speed.json").read_text())
+    assert speed["speedup"] > 0 and speed["pruned"]["sacrebleu"]["score"] >= 0
+    for png in ("importance.png", "pruning.png"):
+        assert (out / png).stat().st_size > 1000
+    translated = run_script("translate", f"ckpt={out / 'pruned'}", "decode=greedy", stdin=b"w1 w2 w3\n")
+    assert translated.returncode == 0 and len(translated.stdout.decode().splitlines()) == 1
