@@ -26,22 +26,24 @@ def config_digest(model_cfg):
 
 
 def atomic_write_text(path, text):
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+    atomic_save(write, path)
 
 
 def atomic_save(write, path):
     """Call ``write(tmp_path)``, flush it to disk, then rename it to ``path``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(str(tmp))
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
+    try:
+        write(str(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+    except (OSError, mx.MXNetError) as err:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(f"cannot write {path} ({err}); the previous file is kept: free "
+                              f"some disk space and resume with train.resume=true") from None
     os.replace(tmp, path)
 
 

@@ -7,8 +7,9 @@ import sys
 from .checkpoint import CheckpointError
 from .config import ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig, from_dict
 from .data import DataError
+from .trainer import TrainingError
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError)
+USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, TrainingError)
 
 
 @contextlib.contextmanager
@@ -20,6 +21,9 @@ def one_line_errors():
         logging.getLogger("mtx").error("%s", err)
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 def typed(cfg, section):

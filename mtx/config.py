@@ -99,6 +99,7 @@ class TrainConfig:
     weight_decay: float = 0.0       # on weight matrices only
     label_smoothing: float = 0.1
     clip_norm: float = 1.0          # global gradient norm; 0 disables
+    max_nonfinite_steps: int = 20   # non-finite losses in a row before training stops
     max_epochs: int = 100
     max_minutes: Optional[float] = None  # wall-clock budget for training; then evaluate and stop
     patience: int = 0               # epochs without a better val BLEU before stopping; 0 = never

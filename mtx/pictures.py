@@ -91,3 +91,25 @@ def pruning_plot(curves, total_heads, path):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def learning_curve(metrics_path, path):
+    """Train/val loss and val BLEU per epoch from a run's metrics.jsonl, against wall minutes."""
+    import json
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines()]
+    minutes = [r["wall_minutes"] for r in records]
+    fig, (loss_ax, bleu_ax) = plt.subplots(1, 2, figsize=(9, 3.4))
+    loss_ax.plot(minutes, [r["train/loss"] for r in records], marker="o", ms=3, label="train")
+    loss_ax.plot(minutes, [r["valid/loss"] for r in records], marker="o", ms=3, label="val")
+    loss_ax.set(xlabel="training minutes", ylabel="loss (nll per token)")
+    loss_ax.legend()
+    bleu_ax.plot(minutes, [r["valid/bleu"] for r in records], marker="o", ms=3, color="C2")
+    bleu_ax.set(xlabel="training minutes", ylabel="val sacreBLEU (greedy)")
+    for ax in (loss_ax, bleu_ax):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

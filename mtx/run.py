@@ -9,6 +9,7 @@ from .config import DataConfig
 from .corpus import load_corpus, load_tokenizer, save_tokenizer
 from .data import SPLITS
 from .evaluation import translate_and_score
+from .pictures import learning_curve
 from .trainer import Fit, average_checkpoints, resolve_device, seed_everything
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
               "steps": fit.step, "epochs": fit.epoch, "final": final,
               "scores": {test_split: test_scores}}
     ckpt.atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
+    if (run_dir / "metrics.jsonl").is_file():
+        learning_curve(run_dir / "metrics.jsonl", run_dir / "learning_curve.png")
     return report
 
 

@@ -48,15 +48,50 @@ def to_device(batch, ctx):
                                            batch.tgt_out, batch.tgt_valid_len)]
 
 
-def clip_gradients(params, max_norm, num_tokens):
-    """Scale gradients so the per-token gradient's global norm is at most ``max_norm``.
-    Stays on the device: no host synchronisation."""
+class TrainingError(RuntimeError):
+    """Training cannot go on (the loss stays non-finite); the last good checkpoint is kept."""
+
+
+def guard_gradients(params, max_norm, num_tokens):
+    """Clip the per-token gradient's global norm to ``max_norm`` (0: no clipping) and zero the
+    gradients of a step whose norm is not finite, so that step changes nothing but Adam's
+    moving averages. On the device, no host synchronisation: returns a 0-d array, 1 = finite."""
     grads = [p.grad() for p in params]
-    total = np.sqrt(sum((g * g).sum() for g in grads)) / num_tokens
-    scale = np.minimum(1.0, max_norm / (total + 1e-6))
+    norm = np.sqrt(sum((g * g).sum() for g in grads)) / num_tokens
+    finite = np.isfinite(norm)
+    scale = np.minimum(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
     for g in grads:
-        g *= scale
-    return total
+        g[:] = np.where(finite, g * scale, 0.0)
+    return finite
+
+
+class LossMeter:
+    """Per-token training loss over the steps of an epoch, read from the device only when asked
+    (`flush`). Non-finite steps are counted, not averaged; too many in a row stop training."""
+
+    def __init__(self, max_nonfinite):
+        self.max_nonfinite, self.pending = max_nonfinite, []
+        self.nll_sum, self.tokens, self.skipped, self.nonfinite_run = 0.0, 0, 0, 0
+
+    def add(self, nll, finite, tokens):
+        self.pending.append((nll, finite, tokens))
+
+    def flush(self):
+        for nll, finite, tokens in self.pending:
+            if float(finite):
+                self.nll_sum, self.tokens, self.nonfinite_run = (
+                    self.nll_sum + float(nll), self.tokens + tokens, 0)
+            else:
+                self.skipped, self.nonfinite_run = self.skipped + 1, self.nonfinite_run + 1
+        self.pending = []
+        if self.nonfinite_run >= self.max_nonfinite:
+            raise TrainingError(f"the loss was not finite for {self.nonfinite_run} steps in a "
+                                f"row; lower train.lr or raise train.warmup_steps (the last "
+                                f"good checkpoint is kept)")
+
+    @property
+    def mean(self):
+        return self.nll_sum / max(self.tokens, 1)
 
 
 class Fit:
@@ -98,10 +133,9 @@ class Fit:
         self.step += 1
         self.trainer.set_learning_rate(inverse_sqrt_warmup(self.step, self.cfg.lr,
                                                            self.cfg.warmup_steps))
-        if self.cfg.clip_norm > 0:
-            clip_gradients(self.params, self.cfg.clip_norm, batch.num_tgt_tokens)
+        finite = guard_gradients(self.params, self.cfg.clip_norm, batch.num_tgt_tokens)
         self.trainer.step(batch.num_tgt_tokens)
-        return nll
+        return nll, finite
 
     def train_epoch(self):
         """One pass over the shuffled training batches; returns (mean nll, target tokens/s)."""
@@ -109,24 +143,22 @@ class Fit:
         seed_everything(epoch_seed)                 # replays exactly
         batches = bucket_batches(self.train_src, self.train_tgt, self.cfg.batch_tokens,
                                  shuffle=True, seed=epoch_seed)
-        nll_sum, tokens, window_tokens, tic = 0.0, 0, 0, time.time()
-        pending = []
+        meter, tic = LossMeter(self.cfg.max_nonfinite_steps), time.time()
         bar = tqdm(batches, desc=f"epoch {self.epoch + 1}", leave=False, mininterval=2,
                    dynamic_ncols=True)
         for batch in bar:
-            pending.append(self.train_step(batch))
-            window_tokens += batch.num_tgt_tokens
-            if len(pending) >= self.cfg.log_every or batch is batches[-1]:
-                nll_sum += sum(float(x) for x in pending)  # the only device->host read
-                pending, tokens = [], tokens + window_tokens
-                bar.set_postfix(loss=f"{nll_sum / tokens:.3f}", lr=f"{self.trainer.learning_rate:.2e}",
-                                tok_s=f"{tokens / (time.time() - tic):.0f}")
-                window_tokens = 0
+            meter.add(*self.train_step(batch), batch.num_tgt_tokens)
+            if len(meter.pending) >= self.cfg.log_every:
+                meter.flush()  # the only device->host reads of the loop
+                bar.set_postfix(loss=f"{meter.mean:.3f}", lr=f"{self.trainer.learning_rate:.2e}",
+                                tok_s=f"{meter.tokens / (time.time() - tic):.0f}")
             if self.out_of_time():
                 break
-        nll_sum += sum(float(x) for x in pending)
-        tokens += window_tokens
-        return nll_sum / max(tokens, 1), tokens / (time.time() - tic)
+        meter.flush()
+        if meter.skipped:
+            log.warning("epoch %d: %d steps had a non-finite loss; their updates were skipped",
+                        self.epoch + 1, meter.skipped)
+        return meter.mean, meter.tokens / (time.time() - tic)
 
     def evaluate(self, split):
         """Mean per-token nll on ``split`` and its greedy sacreBLEU."""
@@ -208,6 +240,17 @@ class Fit:
         return 0
 
     def run(self):
+        try:
+            return self._run()
+        except KeyboardInterrupt:
+            path = self.run_dir / "checkpoints" / "interrupted.params"
+            ckpt.save_params(self.model, path, step=self.step, epoch=self.epoch)
+            log.warning("interrupted at step %d: the model is in %s; train.resume=true "
+                        "hydra.run.dir=%s continues from the last epoch checkpoint",
+                        self.step, path, self.run_dir)
+            raise
+
+    def _run(self):
         while self.epoch < self.cfg.max_epochs:
             train_loss, tok_s = self.train_epoch()
             self.epoch += 1

@@ -66,3 +66,65 @@ def test_resume_with_another_config_is_refused(tmp_path):
     assert other.wait(timeout=300) == 2
     err = other.stderr.read().decode().strip().splitlines()
     assert err[-1].startswith("error: ") and "no intact checkpoint matches" in err[-1]
+
+
+def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
+    run = _train(tmp_path / "run", "train.max_epochs=50")
+    first = tmp_path / "run" / "checkpoints" / "epoch_001.params"
+    deadline = time.time() + 240
+    while not first.exists() and time.time() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    assert run.wait(timeout=60) == 130
+    err = run.stderr.read().decode()
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "interrupted"
+    assert (tmp_path / "run" / "checkpoints" / "interrupted.params").is_file()
+
+
+def test_full_disk_keeps_the_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch):
+    import errno
+    import mxnet as mx
+    import pytest
+    from mtx import checkpoint as ckpt
+    from mtx.model import Transformer
+    model = Transformer(tiny_cfg)
+    model.initialize()
+    path = tmp_path / "best.params"
+    ckpt.save_params(model, path, step=1)
+    before = path.read_bytes()
+
+    def no_space(filename, *args, **kwargs):
+        with open(filename, "wb") as f:
+            f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(model, "save_parameters", no_space)
+    with pytest.raises(ckpt.CheckpointError, match="No space left on device.*previous file is kept"):
+        ckpt.save_params(model, path, step=2)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json", "best.params"]
+
+
+def test_non_finite_gradients_are_zeroed_and_counted():
+    import math
+    import mxnet as mx
+    import pytest
+    from mxnet import np
+    from mtx.trainer import LossMeter, TrainingError, guard_gradients
+    param = mx.gluon.Parameter("w", shape=(3,))
+    param.initialize()
+    param.grad()[:] = np.array([3.0, 4.0, 0.0])
+    assert float(guard_gradients([param], 1.0, 1)) == 1.0
+    assert onp.allclose(param.grad().asnumpy(), [0.6, 0.8, 0.0], atol=1e-5)  # clipped to norm 1
+    param.grad()[:] = np.array([1.0, math.nan, 2.0])
+    finite = guard_gradients([param], 1.0, 1)
+    assert float(finite) == 0.0 and (param.grad().asnumpy() == 0).all()
+    meter = LossMeter(max_nonfinite=3)
+    meter.add(np.array(2.0), np.array(True), 4)
+    meter.add(np.array(math.nan), np.array(False), 4)
+    meter.flush()
+    assert (meter.mean, meter.skipped) == (0.5, 1)
+    for _ in range(3):
+        meter.add(np.array(math.inf), np.array(False), 4)
+    with pytest.raises(TrainingError, match="not finite for 4 steps in a row"):
+        meter.flush()

@@ -1,0 +1,62 @@
+"""Property-based: whatever bytes come in, translation gives one line per input line."""
+import os
+
+import mxnet as mx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mtx.config import DecodeConfig, ModelConfig
+from mtx.lines import file_chunks, stream_chunks
+from mtx.model import Transformer
+from mtx.search import Translator
+from mtx.vocab import SentencePieceTokenizer, train_sentencepiece
+
+
+@pytest.fixture(scope="module")
+def translator(tmp_path_factory):
+    texts = [f"ein {w} sitzt auf der Matte {i} und liest" for i, w in
+             enumerate(["Hund", "Katze", "Vogel", "Mann", "Frau"] * 40)]
+    tokenizer = SentencePieceTokenizer(train_sentencepiece(texts, 80, tmp_path_factory.mktemp("spm")))
+    cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=16, num_encoder_layers=1,
+                      num_decoder_layers=1, max_len=48, vocab_size=len(tokenizer))
+    model = Transformer(cfg)
+    model.initialize(mx.init.Xavier())
+    model.hybridize(static_alloc=True)
+    return Translator(model, tokenizer, DecodeConfig(beam_size=2, max_len_a=0.5, max_len_b=4,
+                                                     batch_tokens=256), mx.cpu())
+
+
+line = st.one_of(
+    st.text(max_size=40).map(lambda t: t.replace("\n", " ").replace("\r", " ").encode()),
+    st.binary(max_size=40).map(lambda b: b.replace(b"\n", b" ")),
+    st.just(b""),
+    st.text(alphabet=st.characters(max_codepoint=31), max_size=10).map(
+        lambda t: t.replace("\n", "").replace("\r", "").encode()),
+    st.integers(60, 300).map(lambda n: "Hund " .encode() * n))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(line, min_size=1, max_size=8))
+def test_one_output_line_per_input_line(translator, lines, tmp_path_factory):
+    data = b"\n".join(lines) + b"\n"
+    read, write = os.pipe()
+    os.write(write, data)
+    os.close(write)
+    chunks = list(stream_chunks(read))
+    os.close(read)
+    path = tmp_path_factory.mktemp("in") / "in.txt"
+    path.write_bytes(data)
+    for source in (chunks, list(file_chunks(path))):
+        numbers = [n for chunk in source for n, _ in chunk]
+        assert numbers == list(range(1, len(lines) + 1))
+        outputs = []
+        for chunk in source:
+            numbers_, texts = zip(*chunk)
+            outputs += translator.translate_nbest(list(texts), first_line=numbers_[0])
+        assert len(outputs) == len(lines)
+        for raw, nbest in zip(lines, outputs):
+            assert "\n" not in nbest[0][0]
+            if not raw.strip():
+                assert nbest[0][0] == ""
