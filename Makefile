@@ -34,8 +34,10 @@ test-all: install  ## every test, slow ones included
 train: install  ## train the default model on Multi30k en->de and print sacreBLEU
 	$(PY) scripts/train.py $(ARGS)
 
-ablate: install  ## head-count ablation at a fixed width (Hydra multirun)
-	$(PY) scripts/train.py -m model.num_heads=1,2,4,8,16 $(ARGS)
+ABLATE_MINUTES ?= 20
+ablate: install  ## head-count ablation at a fixed width and budget (Hydra multirun), then one table
+	$(PY) scripts/train.py sweep=heads train.max_minutes=$(ABLATE_MINUTES) hydra.sweep.dir=outputs/ablate $(ARGS)
+	$(PY) scripts/collect.py outputs/ablate
 
 bench: install  ## throughput side by side against the peers
 	$(PY) scripts/bench.py $(ARGS)

@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 
 
 def count_parameters(model):
-    return sum(int(p.data().size) for p in model.collect_params().values())
+    """Trainable parameters (the positional table is a constant and not counted)."""
+    return sum(int(p.data().size) for p in model.collect_params().values() if p.grad_req != "null")
 
 
 def choose_final(fit):

@@ -47,7 +47,7 @@ def _expand_state(state, beam_size):
     state["src_valid_len"] = np.repeat(state["src_valid_len"], beam_size, axis=0)
 
 
-def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=0.6,
+def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.0,
                 max_len_a=1.5, max_len_b=10, nbest=1, head_gates=None):
     """src_tokens (B, S), src_valid_len (B,) on the model's device -> for each sentence a list of
     ``nbest`` (token ids without EOS, normalised score), best first. Beam 1 is greedy search.

@@ -59,7 +59,7 @@ class MtxImpl:
         self.model = self.fit.model
 
     def train_step(self, b):
-        return self.fit.train_step(b)
+        return self.fit.train_step(b)[0]  # (nll, finite flag)
 
     def greedy(self, src, src_len, steps, bos, recompute=False):
         from mxnet import nd, np
