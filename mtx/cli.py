@@ -8,8 +8,10 @@ from .checkpoint import CheckpointError
 from .config import ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig, from_dict
 from .data import DataError
 from .trainer import TrainingError
+from .vocab import TokenizerError
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, TrainingError)
+USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, TrainingError,
+               TokenizerError)
 
 
 @contextlib.contextmanager

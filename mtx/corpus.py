@@ -7,7 +7,7 @@ from typing import Dict, List, Tuple
 
 from .config import DataConfig
 from .data import load_multi30k, make_toy, toy_symbols
-from .vocab import SentencePieceTokenizer, WordTokenizer, train_sentencepiece
+from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer, train_sentencepiece
 
 TOKENIZER_FILES = ("spm.model", "toy_symbols.json")
 
@@ -60,5 +60,5 @@ def load_tokenizer(run_dir):
         return SentencePieceTokenizer(run_dir / "spm.model")
     if (run_dir / "toy_symbols.json").is_file():
         return WordTokenizer(json.loads((run_dir / "toy_symbols.json").read_text()))
-    raise FileNotFoundError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
+    raise TokenizerError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
                             f"is it a training run directory?")

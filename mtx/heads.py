@@ -96,12 +96,13 @@ def removal_order(importance, keep_one_per_layer=True):
 
 
 def pruning_curve(score_fn, shape, order, fraction_step=0.1):
-    """Gate off heads in ``order`` in steps of ``fraction_step`` of all heads; returns
-    [(heads removed, score)] starting with (0, full model)."""
+    """Gate off heads in ``order``: after round(k * fraction_step * all heads) of them for
+    k = 0, 1, ... (as far as ``order`` goes), score. Returns [(heads removed, score)]."""
     total = shape[0] * shape[1]
-    step = max(1, int(round(total * fraction_step)))
+    counts = sorted({int(round(k * fraction_step * total))
+                     for k in range(int(1 / fraction_step) + 1)} & set(range(len(order) + 1)))
     points = []
-    for removed in range(0, len(order) + 1, step):
+    for removed in counts:
         gates = onp.ones(shape)
         for a, h in order[:removed]:
             gates[a, h] = 0

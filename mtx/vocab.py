@@ -7,6 +7,10 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 
 
+class TokenizerError(ValueError):
+    """A tokenizer file that cannot be used; the message names it and the fix."""
+
+
 class SentencePieceTokenizer:
     """Text <-> subword ids with a joint SentencePiece model (ids: pad 0, unk 1, bos 2, eos 3)."""
 
@@ -16,10 +20,10 @@ class SentencePieceTokenizer:
         try:
             self._sp = spm.SentencePieceProcessor(model_file=self.model_path)
         except (OSError, RuntimeError) as err:
-            raise ValueError(f"{model_path}: not a readable SentencePiece model ({err}); "
-                             f"delete it to retrain, or point at the run's spm.model") from None
+            raise TokenizerError(f"{model_path}: not a readable SentencePiece model ({err}); "
+                                 f"delete it to retrain, or point at the run's spm.model") from None
         if self._sp.pad_id() != PAD or self._sp.eos_id() != EOS:
-            raise ValueError(f"{model_path}: special ids differ from mtx's (pad 0, eos 3)")
+            raise TokenizerError(f"{model_path}: special ids differ from mtx's (pad 0, eos 3)")
 
     def __len__(self):
         return self._sp.get_piece_size()

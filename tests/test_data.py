@@ -8,7 +8,7 @@ import pytest
 
 from mtx import data
 from mtx.data import DataError, bucket_batches, load_multi30k, read_parallel
-from mtx.vocab import BOS, EOS, PAD, SentencePieceTokenizer, train_sentencepiece
+from mtx.vocab import BOS, EOS, PAD, SentencePieceTokenizer, TokenizerError, train_sentencepiece
 
 
 def test_real_multi30k_counts(multi30k_dir, tmp_path):
@@ -120,7 +120,7 @@ def test_sentencepiece_is_cached_by_content(tmp_path):
 def test_corrupted_sentencepiece_model_is_one_clear_error(tmp_path):
     bad = tmp_path / "spm.model"
     bad.write_bytes(b"not a model")
-    with pytest.raises(ValueError, match="not a readable SentencePiece model"):
+    with pytest.raises(TokenizerError, match="not a readable SentencePiece model"):
         SentencePieceTokenizer(bad)
 
 

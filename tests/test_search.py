@@ -130,3 +130,14 @@ def test_evaluate_script_scores_files(toy_run, tmp_path):
     assert "src.txt sacrebleu = 100.00  nrefs:1|case:mixed" in out and "chrf" in out
     scores = json.loads((toy_run / "eval" / "src.txt.beam3.lp1.0.json").read_text())
     assert scores["exact_match"] == 100.0
+
+
+def test_corrupted_sentencepiece_model_is_one_line(toy_run, tmp_path):
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run, ignore=shutil.ignore_patterns("heads", "eval"))
+    (run / "spm.model").write_bytes(b"\x00garbage")  # takes precedence over the toy word list
+    done = run_script("translate", f"ckpt={run}", stdin=b"w1\n")
+    err = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr.decode()
+    assert err[-1].startswith("error: ") and "spm.model: not a readable SentencePiece model" in err[-1]
