@@ -148,8 +148,8 @@ def worker_translate(run_dir, beam):
     from mtx.data import load_multi30k
     src, ref = load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang,
                              os.environ.get("MTX_MULTI30K_DIR"), ROOT / ".cache")["test_2016_flickr"]
-    cfg = DecodeConfig(beam_size=beam, length_penalty=0.6 if beam > 1 else 0.0)
-    translate_and_score(model, tokenizer, cfg, mx.cpu(), src[:32], ref[:32])  # warm-up
+    cfg = DecodeConfig(beam_size=beam, length_penalty=1.0 if beam > 1 else 0.0)
+    translate_and_score(model, tokenizer, cfg, mx.cpu(), src[:32], ref[:32], data_cfg.tgt_lang)
     hyps, scores = translate_and_score(model, tokenizer, cfg, mx.cpu(), src, ref, data_cfg.tgt_lang)
     tokens = sum(len(t) for t in tokenizer.encode(hyps)) + len(hyps)
     return {"sent_s": scores["sentences_per_second"], "seconds": scores["decode_seconds"],
