@@ -7,7 +7,6 @@ STAMP := $(VENV)/.installed
 export MTX_MULTI30K_DIR ?= $(if $(wildcard ../shared/data/multi30k/SHA256SUMS),$(abspath ../shared/data/multi30k),)
 # 2 threads: the machine this project is built for; override on bigger ones.
 export OMP_NUM_THREADS ?= 2
-export MXNET_ENGINE_TYPE ?= ThreadedEnginePerDevice
 
 .PHONY: help install test test-all train translate evaluate ablate bench clean
 

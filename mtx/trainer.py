@@ -189,8 +189,9 @@ class Fit:
                   "valid/loss": round(val_loss, 4), "valid/bleu": bleu and bleu["score"],
                   "train/tok_s": round(tok_s, 1), "wall_minutes": round(self.minutes(), 2)}
         self.save_checkpoint(improved, record["valid/bleu"])
-        with open(self.run_dir / "metrics.jsonl", "a") as f:  # after the checkpoint it describes
-            f.write(json.dumps(record) + "\n")
+        metrics = self.run_dir / "metrics.jsonl"  # after the checkpoint it describes; atomic
+        previous = metrics.read_text() if metrics.is_file() else ""
+        ckpt.atomic_write_text(metrics, previous + json.dumps(record) + "\n")
         log.info("epoch %d step %d train loss %.3f val loss %.3f val BLEU %s tok/s %.0f (%.1f min)",
                  self.epoch, self.step, train_loss, val_loss, record["valid/bleu"], tok_s,
                  self.minutes())
