@@ -14,7 +14,6 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List
 
 import numpy as onp
 

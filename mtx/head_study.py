@@ -3,7 +3,6 @@ import json
 import logging
 import shutil
 import time
-from pathlib import Path
 
 import numpy as onp
 from mxnet import np

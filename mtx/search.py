@@ -4,7 +4,6 @@ which turns lines of text into lines of text.
 Scores are sums of log-probabilities; beam search ranks hypotheses by the GNMT length-normalised
 score ``sum_logp / ((5 + length) / 6) ** alpha`` (Wu et al. 2016), length counting the EOS.
 """
-import logging
 import sys
 
 import numpy as onp
@@ -13,7 +12,6 @@ from mxnet import np, npx
 from .data import sorted_batches
 from .vocab import BOS, EOS, PAD
 
-log = logging.getLogger(__name__)
 NEG_INF = -1e30
 
 

@@ -158,7 +158,6 @@ def worker_translate(run_dir, beam):
 
 
 def gemm_peak():
-    import mxnet as mx
     from mxnet import np, npx
     npx.set_np()
     a, w = np.random.normal(size=(2048, 2048)), np.random.normal(size=(2048, 2048))

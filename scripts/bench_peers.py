@@ -5,7 +5,6 @@
 import math
 
 import mxnet as mx
-import numpy as onp
 
 
 class D2LPeer:

@@ -1,6 +1,5 @@
 """Hydra configs: every group and experiment composes, typed configs reject bad values, and the
 scripts turn bad overrides into one clear line."""
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir

@@ -83,7 +83,6 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
 
 def test_full_disk_keeps_the_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch):
     import errno
-    import mxnet as mx
     import pytest
     from mtx import checkpoint as ckpt
     from mtx.model import Transformer
