@@ -37,3 +37,15 @@ def typed(cfg, section):
     if section == "data" and values.get("raw_dir"):
         values["raw_dir"] = os.path.abspath(values["raw_dir"])
     return from_dict(classes[section], values, section)
+
+
+def decoding_setup(cfg):
+    """What translate/evaluate start from: (DecodeConfig, device, hybridized model, tokenizer,
+    the run's DataConfig), the model rebuilt from the run directory ``cfg.ckpt``."""
+    from .run import load_run
+    from .trainer import resolve_device
+    decode_cfg = typed(cfg, "decode")
+    ctx = resolve_device(cfg.device)
+    model, tokenizer, data_cfg = load_run(cfg.ckpt, ctx, cfg.checkpoint)
+    model.hybridize(static_alloc=True)
+    return decode_cfg, ctx, model, tokenizer, data_cfg

@@ -15,11 +15,9 @@ import hydra
 from mxnet import npx
 
 from mtx.checkpoint import atomic_write_text
-from mtx.cli import one_line_errors, typed
+from mtx.cli import decoding_setup, one_line_errors
 from mtx.data import DataError, load_multi30k, read_parallel
 from mtx.evaluation import translate_and_score
-from mtx.run import load_run
-from mtx.trainer import resolve_device
 
 log = logging.getLogger("mtx")
 
@@ -43,11 +41,8 @@ def load_texts(cfg, data_cfg):
 def main(cfg):
     npx.set_np()
     with one_line_errors():
-        decode_cfg = typed(cfg, "decode")
-        ctx = resolve_device(cfg.device)
-        model, tokenizer, data_cfg = load_run(cfg.ckpt, ctx, cfg.checkpoint)
+        decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
         name, sources, references, tgt_lang = load_texts(cfg, data_cfg)
-    model.hybridize(static_alloc=True)
     hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,
                                              references, tgt_lang)
     out_dir = Path(cfg.ckpt) / "eval"

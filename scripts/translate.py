@@ -12,11 +12,9 @@ import sys
 import hydra
 from mxnet import npx
 
-from mtx.cli import one_line_errors, typed
+from mtx.cli import decoding_setup, one_line_errors
 from mtx.lines import file_chunks, stream_chunks
-from mtx.run import load_run
 from mtx.search import Translator
-from mtx.trainer import resolve_device
 
 
 def format_nbest(number, nbest):
@@ -28,10 +26,7 @@ def format_nbest(number, nbest):
 def main(cfg):
     npx.set_np()
     with one_line_errors():
-        decode_cfg = typed(cfg, "decode")
-        ctx = resolve_device(cfg.device)
-        model, tokenizer, _ = load_run(cfg.ckpt, ctx, cfg.checkpoint)
-        model.hybridize(static_alloc=True)
+        decode_cfg, ctx, model, tokenizer, _ = decoding_setup(cfg)
         translator = Translator(model, tokenizer, decode_cfg, ctx)
         chunks = file_chunks(cfg.input) if cfg.input else stream_chunks(sys.stdin.fileno())
         out = open(cfg.output, "w", encoding="utf-8") if cfg.output else sys.stdout
