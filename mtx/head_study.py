@@ -2,7 +2,6 @@
 import json
 import logging
 import shutil
-import time
 
 import numpy as onp
 from mxnet import np
@@ -11,6 +10,7 @@ from . import checkpoint as ckpt
 from . import heads
 from .bleu import sacre_bleu
 from .config import DecodeConfig
+from .evaluation import translate_and_score
 from .search import Translator
 
 log = logging.getLogger(__name__)
@@ -67,13 +67,12 @@ def save_pruned_run(pruned, run_dir, out_dir, meta):
     ckpt.save_params(pruned, out_dir / "checkpoints" / "best.params", **meta)
 
 
-def timed_translation(model, tokenizer, decode_cfg, ctx, sources, references):
-    translator = Translator(model, tokenizer, decode_cfg, ctx)
-    translator.translate(sources[:16])  # warm-up: the first shapes are slow
-    tic = time.perf_counter()
-    hypotheses = translator.translate(sources)
-    seconds = time.perf_counter() - tic
-    return {"seconds": round(seconds, 2), "sacrebleu": sacre_bleu(hypotheses, references)}
+def timed_translation(model, tokenizer, decode_cfg, ctx, sources, references, tgt_lang):
+    """`translate_and_score` after a short warm-up (the first shapes are slow)."""
+    Translator(model, tokenizer, decode_cfg, ctx).translate(sources[:16])
+    _, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources, references,
+                                    tgt_lang)
+    return {"seconds": scores["decode_seconds"], "sacrebleu": scores["sacrebleu"]}
 
 
 def write_json(path, obj):

@@ -226,8 +226,6 @@ class Fit:
             self.step, self.epoch = meta["step"], meta["epoch"]
             self.best_bleu, self.stale_epochs = meta["best_bleu"], meta["stale_epochs"]
             self.minutes_before, self.start = meta["minutes"], time.time()
-            self.trainer.set_learning_rate(inverse_sqrt_warmup(self.step, self.cfg.lr,
-                                                               self.cfg.warmup_steps))
             metrics = self.run_dir / "metrics.jsonl"
             if metrics.is_file():  # drop records of epochs that are being redone
                 kept = [r for r in metrics.read_text().splitlines()

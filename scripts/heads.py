@@ -68,7 +68,8 @@ def main(cfg):
     speed = {"removed_heads": removed, "kept_per_layer": pruned.cfg.heads_per_layer,
              "decode": dict(decode_cfg.__dict__), "split": cfg.test_split}
     for label, m in (("full", full), ("pruned", pruned), ("full_again", full)):
-        speed[label] = timed_translation(m, tokenizer, decode_cfg, ctx, test_src, test_ref)
+        speed[label] = timed_translation(m, tokenizer, decode_cfg, ctx, test_src, test_ref,
+                                         data_cfg.tgt_lang)
         log.info("%s: %s", label, speed[label])
     full_seconds = min(speed["full"]["seconds"], speed["full_again"]["seconds"])
     speed["speedup"] = round(full_seconds / speed["pruned"]["seconds"], 3)
