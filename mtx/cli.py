@@ -3,6 +3,7 @@ import contextlib
 import logging
 import os
 import sys
+import traceback
 
 from .checkpoint import CheckpointError
 from .config import ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig, from_dict
@@ -14,6 +15,17 @@ USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, Train
                TokenizerError)
 
 
+def _exit(code):
+    """Exit with ``code``; a KVStore cluster worker exits at once, because a normal exit waits
+    for every other worker (ps-lite's final barrier) and the job would hang (scripts/launch.py
+    then stops the whole job)."""
+    if os.environ.get("DMLC_ROLE") == "worker":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 @contextlib.contextmanager
 def one_line_errors():
     """Bad input ends the program with ``error: <what and how to fix>`` and exit code 2."""
@@ -22,10 +34,15 @@ def one_line_errors():
     except USER_ERRORS as err:
         logging.getLogger("mtx").error("%s", err)
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        _exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        _exit(130)
+    except Exception:
+        if os.environ.get("DMLC_ROLE") != "worker":
+            raise
+        traceback.print_exc()
+        _exit(1)
 
 
 def typed(cfg, section):

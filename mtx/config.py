@@ -90,6 +90,9 @@ class DataConfig:
             raise ConfigError(f"data.vocab_size={self.vocab_size} is too small (at least 16)")
 
 
+KVSTORES = ("device", "local", "dist_sync", "dist_device_sync")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     batch_tokens: int = 4096        # padded tokens per batch (longer side)
@@ -109,8 +112,17 @@ class TrainConfig:
     eval_bleu: bool = True          # val BLEU (greedy) each epoch
     hybridize: bool = True
     resume: bool = False
+    # Data parallelism: devices of this process (None: the top-level `device`), e.g. [gpu:0,gpu:1];
+    # the KVStore that sums gradients: device | local (one machine), dist_sync |
+    # dist_device_sync (a cluster started by mxnet.tools.launch; see README).
+    devices: Optional[List[str]] = None
+    kvstore: str = "device"
 
     def __post_init__(self):
+        if self.kvstore not in KVSTORES:
+            raise ConfigError(f"train.kvstore={self.kvstore}: choose one of {', '.join(KVSTORES)}")
+        if self.devices is not None and not self.devices:
+            raise ConfigError("train.devices=[] is empty: list at least one device, e.g. [cpu]")
         if self.batch_tokens < 8:
             raise ConfigError(f"train.batch_tokens={self.batch_tokens} is too small")
         if self.lr <= 0 or self.warmup_steps < 1:

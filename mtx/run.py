@@ -1,5 +1,6 @@
 """One training run end to end: data, model, training, final checkpoint choice, test scores."""
 import dataclasses
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -9,6 +10,7 @@ from .config import DataConfig
 from .corpus import load_corpus, load_tokenizer, save_tokenizer
 from .data import SPLITS
 from .evaluation import translate_and_score
+from .parallel import DataParallel
 from .pictures import learning_curve
 from .trainer import Fit, average_checkpoints, resolve_device, seed_everything
 
@@ -38,27 +40,52 @@ def choose_final(fit):
     return choice
 
 
+def quiet_log_files():
+    """Workers other than rank 0 keep logging to the console but write no log file."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
+
+
 def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1, device="cpu"):
-    """Train, pick the final checkpoint, translate the test split; returns report.json's dict."""
+    """Train, pick the final checkpoint, translate the test split; returns report.json's dict
+    (None on workers other than rank 0, which only train)."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ctx = resolve_device(device)
+    ctxs = [resolve_device(d) for d in (train_cfg.devices or [device])]
+    parallel = DataParallel(ctxs, train_cfg.kvstore)
+    if not parallel.is_chief:
+        quiet_log_files()
     seed_everything(seed)
-    corpus = load_corpus(data_cfg, cache_dir, seed)
+    if parallel.is_chief:  # rank 0 prepares the run directory and the subword model first,
+        run_dir.mkdir(parents=True, exist_ok=True)
+        corpus = load_corpus(data_cfg, cache_dir, seed)
+    parallel.any(False)    # the others wait for it and load the cached subword model
+    if not parallel.is_chief:
+        corpus = load_corpus(data_cfg, cache_dir, seed)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
-    ckpt.save_model_config(model_cfg, run_dir)
-    ckpt.atomic_write_text(run_dir / "data.json", json.dumps(dataclasses.asdict(data_cfg), indent=1))
-    save_tokenizer(corpus.tokenizer, run_dir)
-    fit = Fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctx, seed)
+    if parallel.is_chief:
+        ckpt.save_model_config(model_cfg, run_dir)
+        ckpt.atomic_write_text(run_dir / "data.json",
+                               json.dumps(dataclasses.asdict(data_cfg), indent=1))
+        save_tokenizer(corpus.tokenizer, run_dir)
+    fit = Fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, parallel, seed)
     if train_cfg.resume and not fit.restore():
         log.info("train.resume=true but %s has no checkpoint yet: starting fresh", run_dir)
-    log.info("model: %s parameters; %d training pairs; device %s",
-             f"{count_parameters(fit.model):,}", len(fit.train_src), ctx)
+    log.info("model: %s parameters; %d training pairs; devices %s; worker %d of %d",
+             f"{count_parameters(fit.model):,}", len(fit.train_src), ctxs, parallel.rank,
+             parallel.num_workers)
     train_minutes = fit.run()
+    seen = sorted(fit.sentences_seen)
+    log.info("worker %d of %d: trained on %d sentences (ids digest %s) in %d steps; parameter "
+             "digest %s", parallel.rank, parallel.num_workers, len(seen),
+             hashlib.sha256(str(seen).encode()).hexdigest()[:16], fit.step, fit.parameter_digest())
+    if not parallel.is_chief:
+        return None
     final = choose_final(fit)
     test_split = SPLITS[-1]
     sources, references = corpus.text[test_split]
-    hypotheses, test_scores = translate_and_score(fit.model, corpus.tokenizer, decode_cfg, ctx,
+    hypotheses, test_scores = translate_and_score(fit.model, corpus.tokenizer, decode_cfg, fit.ctx,
                                                   sources, references, data_cfg.tgt_lang)
     ckpt.atomic_write_text(run_dir / f"{test_split}.hyp.{data_cfg.tgt_lang}",
                            "\n".join(hypotheses) + "\n")
@@ -66,6 +93,7 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
               "data": data_cfg.name, "parameters": count_parameters(fit.model),
               "model": dataclasses.asdict(model_cfg), "train_minutes": round(train_minutes, 2),
               "steps": fit.step, "epochs": fit.epoch, "final": final,
+              "devices": [str(c) for c in ctxs], "workers": parallel.num_workers,
               "scores": {test_split: test_scores}}
     ckpt.atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
     if (run_dir / "metrics.jsonl").is_file():

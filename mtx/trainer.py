@@ -1,5 +1,6 @@
 """The training loop: Adam with inverse-sqrt warm-up, label smoothing, clipping, evaluation each
 epoch, best/last checkpoints, averaging, early stopping and a wall-clock budget."""
+import hashlib
 import json
 import logging
 import random
@@ -16,6 +17,7 @@ from .bleu import sacre_bleu
 from .data import bucket_batches
 from .loss import LabelSmoothedCrossEntropy
 from .model import Transformer
+from .parallel import split_rows
 from .schedule import inverse_sqrt_warmup
 from .search import Translator
 
@@ -23,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def resolve_device(device):
-    """'cpu' | 'gpu' | 'gpu:N' | 'auto' -> an MXNet context."""
+    """'cpu' | 'cpu:N' | 'gpu' | 'gpu:N' | 'auto' -> an MXNet context."""
     if device == "auto":
         return mx.gpu(0) if mx.context.num_gpus() > 0 else mx.cpu()
     if device.startswith("gpu"):
@@ -32,8 +34,10 @@ def resolve_device(device):
             raise ValueError(f"device={device} but MXNet sees {mx.context.num_gpus()} GPU(s); "
                              f"use device=cpu or install a CUDA build of mxnet")
         return mx.gpu(index)
+    if device.startswith("cpu:") and device[4:].isdigit():
+        return mx.cpu(int(device[4:]))  # separate CPU contexts share the cores (tests, debugging)
     if device != "cpu":
-        raise ValueError(f"device={device}: use cpu, gpu, gpu:N or auto")
+        raise ValueError(f"device={device}: use cpu, cpu:N, gpu, gpu:N or auto")
     return mx.cpu()
 
 
@@ -52,11 +56,11 @@ class TrainingError(RuntimeError):
     """Training cannot go on (the loss stays non-finite); the last good checkpoint is kept."""
 
 
-def guard_gradients(params, max_norm, num_tokens):
+def guard_gradients(params, max_norm, num_tokens, ctx):
     """Clip the per-token gradient's global norm to ``max_norm`` (0: no clipping) and zero the
     gradients of a step whose norm is not finite, so that step changes nothing but Adam's
     moving averages. On the device, no host synchronisation: returns a 0-d array, 1 = finite."""
-    grads = [p.grad() for p in params]
+    grads = [p.grad(ctx) for p in params]
     norm = np.sqrt(sum((g * g).sum() for g in grads)) / num_tokens
     finite = np.isfinite(norm)
     scale = np.minimum(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
@@ -97,23 +101,31 @@ class LossMeter:
 class Fit:
     """State of one training run; `run` trains and returns the final report."""
 
-    def __init__(self, corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctx, seed):
+    def __init__(self, corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, parallel, seed):
+        """``parallel``: a `DataParallel` (this process's devices and its rank in the job)."""
         self.corpus, self.data_cfg, self.cfg, self.decode_cfg = corpus, data_cfg, train_cfg, decode_cfg
-        self.run_dir, self.ctx, self.seed = Path(run_dir), ctx, seed
-        (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        self.run_dir, self.parallel, self.seed = Path(run_dir), parallel, seed
+        self.ctxs = parallel.ctxs
+        self.ctx = self.ctxs[0]  # evaluation, translation and checkpoint loading
+        if parallel.is_chief:
+            (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         self.model = Transformer(model_cfg)
-        self.model.initialize(mx.init.Xavier(), ctx=ctx)
+        self.model.initialize(mx.init.Xavier(), ctx=self.ctxs)
         if train_cfg.hybridize:
             self.model.hybridize(static_alloc=True)
         self.loss_fn = LabelSmoothedCrossEntropy(model_cfg.vocab_size, train_cfg.label_smoothing)
-        self.loss_fn.initialize(ctx=ctx)
+        self.loss_fn.initialize(ctx=self.ctxs)
         self.loss_fn.hybridize(static_alloc=True)
         self.params = [p for p in self.model.collect_params().values() if p.grad_req != "null"]
+        # Gradients are summed by the KVStore (several devices or workers), guarded here, and
+        # the update runs on every device/worker alike (update_on_kvstore=False).
         self.trainer = gluon.Trainer(self.model.collect_params(), "adam",
                                      {"learning_rate": train_cfg.lr, "beta1": 0.9,
                                       "beta2": train_cfg.beta2, "epsilon": 1e-9,
-                                      "wd": train_cfg.weight_decay})
+                                      "wd": train_cfg.weight_decay},
+                                     kvstore=parallel.trainer_kvstore, update_on_kvstore=False)
         self.step, self.epoch, self.best_bleu, self.stale_epochs = 0, 0, None, 0
+        self.sentences_seen = []  # ids of the training pairs this process trained on
         self.train_src, self.train_tgt = corpus.train_pairs(data_cfg.max_len)
         self.start, self.minutes_before = time.time(), 0.0
 
@@ -125,17 +137,36 @@ class Fit:
         return self.cfg.max_minutes is not None and self.minutes() >= self.cfg.max_minutes
 
     def train_step(self, batch):
-        src, src_len, tgt_in, tgt_out, tgt_len = to_device(batch, self.ctx)
+        """One update on the job's ``batch``; this process computes its rows on its devices.
+        Returns (this process's nll sum on ``ctx``, finite flag, its target tokens)."""
+        parts = self.parallel.local_parts(batch)
+        losses, nlls = [], []
         with autograd.record():
-            logits = self.model(src, src_len, tgt_in)
-            loss, nll = self.loss_fn(logits, tgt_out, tgt_len)
-        loss.backward()
+            for part, ctx in zip(parts, self.ctxs):
+                weight = 1.0
+                if len(part.ids) == 0:  # more devices than rows: a zero-weighted row keeps this
+                    part, weight = split_rows(batch, len(batch.ids))[0], 0.0  # device in step
+                src, src_len, tgt_in, tgt_out, tgt_len = to_device(part, ctx)
+                loss, nll = self.loss_fn(self.model(src, src_len, tgt_in), tgt_out, tgt_len)
+                losses.append(loss * weight)
+                nlls.append(nll.as_in_ctx(self.ctx) * weight)
+                self.sentences_seen.extend(part.ids.tolist() if weight else [])
+        autograd.backward(losses)
         self.step += 1
         self.trainer.set_learning_rate(inverse_sqrt_warmup(self.step, self.cfg.lr,
                                                            self.cfg.warmup_steps))
-        finite = guard_gradients(self.params, self.cfg.clip_norm, batch.num_tgt_tokens)
-        self.trainer.step(batch.num_tgt_tokens)
-        return nll, finite
+        self.trainer.allreduce_grads()  # every device now holds the job's gradient sum
+        finites = [guard_gradients(self.params, self.cfg.clip_norm, batch.num_tgt_tokens, ctx)
+                   for ctx in self.ctxs]
+        self.trainer.update(batch.num_tgt_tokens)  # per token of the whole job's batch
+        return sum(nlls), finites[0], sum(part.num_tgt_tokens for part in parts)
+
+    def time_to_stop(self, step_in_epoch):
+        """The wall-clock budget, agreed by all workers (checked every `log_every` steps in a
+        cluster, so that they stop at the same step)."""
+        if not self.parallel.distributed:
+            return self.out_of_time()
+        return step_in_epoch % self.cfg.log_every == 0 and self.parallel.any(self.out_of_time())
 
     def train_epoch(self):
         """One pass over the shuffled training batches; returns (mean nll, target tokens/s)."""
@@ -145,14 +176,14 @@ class Fit:
                                  shuffle=True, seed=epoch_seed)
         meter, tic = LossMeter(self.cfg.max_nonfinite_steps), time.time()
         bar = tqdm(batches, desc=f"epoch {self.epoch + 1}", leave=False, mininterval=2,
-                   dynamic_ncols=True)
-        for batch in bar:
-            meter.add(*self.train_step(batch), batch.num_tgt_tokens)
+                   dynamic_ncols=True, disable=not self.parallel.is_chief)
+        for step_in_epoch, batch in enumerate(bar, 1):
+            meter.add(*self.train_step(batch))
             if len(meter.pending) >= self.cfg.log_every:
                 meter.flush()  # the only device->host reads of the loop
                 bar.set_postfix(loss=f"{meter.mean:.3f}", lr=f"{self.trainer.learning_rate:.2e}",
                                 tok_s=f"{meter.tokens / (time.time() - tic):.0f}")
-            if self.out_of_time():
+            if self.time_to_stop(step_in_epoch):
                 break
         meter.flush()
         if meter.skipped:
@@ -218,7 +249,7 @@ class Fit:
         for path in reversed(ckpt.epoch_checkpoints(self.run_dir)):
             try:
                 meta = ckpt.check_params(path, self.model.cfg)
-                self.model.load_parameters(str(path), ctx=self.ctx)
+                self.model.load_parameters(str(path), ctx=self.ctxs)
                 self.trainer.load_states(str(path.with_suffix(".states")))
             except (ckpt.CheckpointError, OSError, mx.MXNetError) as err:
                 log.warning("skipping %s: %s", path.name, err)
@@ -242,6 +273,8 @@ class Fit:
         try:
             return self._run()
         except KeyboardInterrupt:
+            if not self.parallel.is_chief:
+                raise
             path = self.run_dir / "checkpoints" / "interrupted.params"
             ckpt.save_params(self.model, path, step=self.step, epoch=self.epoch)
             log.warning("interrupted at step %d: the model is in %s; train.resume=true "
@@ -253,15 +286,24 @@ class Fit:
         while self.epoch < self.cfg.max_epochs:
             train_loss, tok_s = self.train_epoch()
             self.epoch += 1
-            self.end_of_epoch(train_loss, tok_s)
+            stop = None
+            if self.parallel.is_chief:  # evaluation and checkpoints: rank 0 only
+                self.end_of_epoch(train_loss, tok_s)
+                if self.cfg.patience and self.stale_epochs >= self.cfg.patience:
+                    stop = f"no better val BLEU for {self.stale_epochs} epochs: early stop"
             if self.out_of_time():
-                log.info("train.max_minutes=%s reached after %d epochs", self.cfg.max_minutes,
-                         self.epoch)
-                break
-            if self.cfg.patience and self.stale_epochs >= self.cfg.patience:
-                log.info("no better val BLEU for %d epochs: early stop", self.stale_epochs)
+                stop = f"train.max_minutes={self.cfg.max_minutes} reached after {self.epoch} epochs"
+            if self.parallel.any(stop is not None):  # all workers stop after the same epoch
+                log.info("%s", stop or "another worker stopped the job")
                 break
         return self.minutes()
+
+    def parameter_digest(self):
+        """sha256 of every parameter's bytes on ``ctx`` (workers compare it at the end)."""
+        digest = hashlib.sha256()
+        for name, p in sorted(self.model.collect_params().items()):
+            digest.update(p.data(self.ctx).asnumpy().tobytes())
+        return digest.hexdigest()[:16]
 
 
 def average_checkpoints(model, paths, out_path):

@@ -48,6 +48,7 @@ class MtxImpl:
     def __init__(self, cfg, corpus_):
         import mxnet as mx
         from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
+        from mtx.parallel import DataParallel
         from mtx.trainer import Fit
         model_cfg = ModelConfig(num_hiddens=cfg["d_model"], num_heads=cfg["heads"],
                                 ffn_num_hiddens=cfg["ffn"], num_encoder_layers=cfg["layers"],
@@ -55,7 +56,7 @@ class MtxImpl:
                                 attention_dropout=cfg["dropout"], tie_embeddings=False,
                                 vocab_size=cfg["vocab"])
         self.fit = Fit(corpus_, model_cfg, DataConfig(), TrainConfig(), DecodeConfig(),
-                       "/tmp/mtx-bench-run", mx.cpu(), seed=1)
+                       "/tmp/mtx-bench-run", DataParallel([mx.cpu()]), seed=1)
         self.model = self.fit.model
 
     def train_step(self, b):

@@ -27,6 +27,8 @@ def main(cfg):
         run_dir = HydraConfig.get().runtime.output_dir
         report = run.train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir,
                            cfg.paths.cache_dir, seed=cfg.seed, device=cfg.device)
+    if report is None:  # a worker other than rank 0: rank 0 reports
+        return None
     for split, scores in report["scores"].items():
         for name in ("sacrebleu", "bleu_tok_lc", "chrf"):
             log.info("%s %s = %.2f  %s", split, name, scores[name]["score"],

@@ -113,10 +113,10 @@ def test_non_finite_gradients_are_zeroed_and_counted():
     param = mx.gluon.Parameter("w", shape=(3,))
     param.initialize()
     param.grad()[:] = np.array([3.0, 4.0, 0.0])
-    assert float(guard_gradients([param], 1.0, 1)) == 1.0
+    assert float(guard_gradients([param], 1.0, 1, mx.cpu())) == 1.0
     assert onp.allclose(param.grad().asnumpy(), [0.6, 0.8, 0.0], atol=1e-5)  # clipped to norm 1
     param.grad()[:] = np.array([1.0, math.nan, 2.0])
-    finite = guard_gradients([param], 1.0, 1)
+    finite = guard_gradients([param], 1.0, 1, mx.cpu())
     assert float(finite) == 0.0 and (param.grad().asnumpy() == 0).all()
     meter = LossMeter(max_nonfinite=3)
     meter.add(np.array(2.0), np.array(True), 4)

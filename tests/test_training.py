@@ -14,6 +14,7 @@ from mtx.corpus import load_corpus
 from mtx.loss import LabelSmoothedCrossEntropy
 from mtx.model import Transformer
 from mtx.schedule import inverse_sqrt_warmup
+from mtx.parallel import DataParallel
 from mtx.trainer import Fit
 
 
@@ -81,7 +82,7 @@ def _short_fit(tmp_path, seed):
     from mtx.trainer import seed_everything
     seed_everything(seed)
     fit = Fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(), tmp_path / f"run{seed}",
-              mx.cpu(), seed)
+              DataParallel([mx.cpu()]), seed)
     fit.run()
     return {k: p.data().asnumpy() for k, p in fit.model._collect_params_with_prefix().items()}, fit
 

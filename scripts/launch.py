@@ -1,0 +1,64 @@
+#!/usr/bin/env python
+"""Start a data-parallel job with MXNet's own launcher (`mxnet/tools/launch.py` and the
+`dmlc_tracker` shipped in the mxnet wheel): a scheduler, KVStore servers and workers.
+
+    python scripts/launch.py --launcher local -n 2 -s 1 \\
+        python scripts/train.py train.kvstore=dist_sync hydra.run.dir=outputs/train/runs/dist
+
+Every option is MXNet's (`-n` workers, `-s` servers, `--launcher local|ssh|mpi|sge|yarn`,
+`-H hosts` for ssh/mpi); see README "Several machines". Two repairs for this wheel: the tracker
+calls `Thread.isAlive`, gone since Python 3.9; and with the local launcher a worker that fails
+would leave the others waiting for it forever, so the whole job is stopped instead (exit 1).
+"""
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import threading
+
+if not hasattr(threading.Thread, "isAlive"):
+    threading.Thread.isAlive = threading.Thread.is_alive
+
+
+def descendants(pid):
+    """Process ids below ``pid`` (Linux /proc)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def run_once_or_stop_the_job(cmd, num_attempt, role, taskid, pass_env):
+    """dmlc_tracker.local.exec_cmd without its retries (a restarted worker waits forever for a
+    cluster that has moved on): a process that fails stops the whole job."""
+    env = dict(os.environ, **{k: str(v) for k, v in pass_env.items()},
+               DMLC_TASK_ID=str(taskid), DMLC_ROLE=role, DMLC_JOB_CLUSTER="local")
+    code = subprocess.call(" ".join(cmd), shell=True, executable="bash", env=env)
+    if code != 0:
+        print(f"error: {role} {taskid} exited with code {code} (its messages are above); "
+              f"stopping the job", file=sys.stderr, flush=True)
+        for pid in descendants(os.getpid()):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    if os.path.isdir("/proc"):
+        from dmlc_tracker import local
+        local.exec_cmd = run_once_or_stop_the_job
+    runpy.run_module("mxnet.tools.launch", run_name="__main__", alter_sys=True)

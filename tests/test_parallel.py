@@ -1,0 +1,104 @@
+"""Data parallelism: several devices of one process, and a real KVStore cluster on loopback."""
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as onp
+import pytest
+
+from mtx.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from mtx.corpus import load_corpus
+from mtx.data import bucket_batches
+from mtx.parallel import DataParallel, split_rows
+from mtx.trainer import Fit, seed_everything
+
+from conftest import ROOT
+
+
+def _toy_batches(tmp_path):
+    data_cfg = DataConfig(name="toy", sizes=[400, 20, 20], max_len=64)
+    corpus = load_corpus(data_cfg, tmp_path / "cache", seed=3)
+    src, tgt = corpus.train_pairs(data_cfg.max_len)
+    return corpus, data_cfg, bucket_batches(src, tgt, 512, shuffle=True, seed=3)
+
+
+def test_parts_of_every_worker_and_device_cover_the_batch_once(tmp_path):
+    _, _, batches = _toy_batches(tmp_path)
+    batch = batches[0]
+    for parts in (1, 3, len(batch.ids) + 2):  # more parts than rows leaves some empty
+        pieces = split_rows(batch, parts)
+        assert len(pieces) == parts
+        assert onp.array_equal(onp.concatenate([p.ids for p in pieces]), batch.ids)
+        assert sum(p.num_tgt_tokens for p in pieces) == batch.num_tgt_tokens
+        assert onp.array_equal(onp.concatenate([p.tgt_out for p in pieces]), batch.tgt_out)
+    seen = []
+    for rank in range(2):  # what worker `rank` of 2, with 2 devices each, trains on
+        parallel = DataParallel([mx.cpu(0), mx.cpu(1)])
+        parallel.rank, parallel.num_workers = rank, 2
+        seen.append(onp.concatenate([p.ids for p in parallel.local_parts(batch)]))
+    assert not set(seen[0]) & set(seen[1])
+    assert sorted(onp.concatenate(seen)) == sorted(batch.ids)
+
+
+def _train_steps(corpus, data_cfg, batches, ctxs, tmp_path):
+    model_cfg = ModelConfig(num_hiddens=32, num_heads=4, ffn_num_hiddens=64, num_encoder_layers=1,
+                            num_decoder_layers=1, dropout=0.0, attention_dropout=0.0,
+                            vocab_size=len(corpus.tokenizer))
+    seed_everything(7)
+    fit = Fit(corpus, model_cfg, data_cfg, TrainConfig(batch_tokens=512, warmup_steps=4, lr=3e-3),
+              DecodeConfig(), tmp_path, DataParallel(ctxs), seed=7)
+    for batch in batches:
+        fit.train_step(batch)
+    return {name: p.data(ctxs[-1]).asnumpy()
+            for name, p in fit.model._collect_params_with_prefix().items()}
+
+
+def test_two_cpu_contexts_train_like_one_with_the_same_total_batch(tmp_path):
+    corpus, data_cfg, batches = _toy_batches(tmp_path)
+    one = _train_steps(corpus, data_cfg, batches[:6], [mx.cpu(0)], tmp_path / "one")
+    two = _train_steps(corpus, data_cfg, batches[:6], [mx.cpu(0), mx.cpu(1)], tmp_path / "two")
+    assert one.keys() == two.keys()
+    initial = _train_steps(corpus, data_cfg, [], [mx.cpu(0)], tmp_path / "none")
+    for name in one:
+        assert onp.allclose(one[name], two[name], atol=1e-5, rtol=0), name
+    assert any(not onp.allclose(one[n], initial[n], atol=1e-3) for n in one)  # they did train
+
+
+def test_unknown_kvstore_is_a_config_error():
+    with pytest.raises(ConfigError, match="train.kvstore=nccl"):
+        TrainConfig(kvstore="nccl")
+
+
+def test_local_cluster_trains_the_same_parameters_on_different_shards(tmp_path):
+    """Scheduler, one server and two workers on loopback, started by MXNet's launcher."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "scripts" / "launch.py"), "--launcher", "local",
+               "-n", "2", "-s", "1",
+               sys.executable, str(ROOT / "scripts" / "train.py"), "experiment=smoke",
+               "train.kvstore=dist_sync", f"hydra.run.dir={run_dir}",
+               f"paths.cache_dir={tmp_path / 'cache'}", "data.sizes=[1000,50,50]"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=240)
+    finally:  # the launcher, its scheduler, server and workers are one process group
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log = out.decode(errors="replace")
+    assert proc.returncode == 0, log[-3000:]
+    workers = re.findall(r"worker (\d) of 2: trained on (\d+) sentences \(ids digest (\w+)\) "
+                         r"in (\d+) steps; parameter digest (\w+)", log)
+    assert sorted(w[0] for w in workers) == ["0", "1"], log[-3000:]
+    (_, seen0, ids0, steps0, params0), (_, seen1, ids1, steps1, params1) = sorted(workers)
+    assert params0 == params1                      # identical parameters on both workers
+    assert ids0 != ids1 and steps0 == steps1       # different shards, the same updates
+    assert int(seen0) + int(seen1) == 3 * 1000     # together: every pair of 3 epochs once
+    assert len(re.findall(r"epoch 1 step \d+ train loss", log)) == 1  # rank 0 alone evaluates
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("epoch_*.params"))
+    assert checkpoints == ["epoch_001.params", "epoch_002.params", "epoch_003.params"]
+    assert (run_dir / "report.json").is_file()
