@@ -17,6 +17,7 @@ from .bleu import sacre_bleu
 from .data import bucket_batches
 from .loss import LabelSmoothedCrossEntropy
 from .model import Transformer
+from .optimizer import gradient_scale
 from .parallel import split_rows
 from .schedule import inverse_sqrt_warmup
 from .search import Translator
@@ -56,22 +57,10 @@ class TrainingError(RuntimeError):
     """Training cannot go on (the loss stays non-finite); the last good checkpoint is kept."""
 
 
-def guard_gradients(params, max_norm, num_tokens, ctx):
-    """Clip the per-token gradient's global norm to ``max_norm`` (0: no clipping) and zero the
-    gradients of a step whose norm is not finite, so that step changes nothing but Adam's
-    moving averages. On the device, no host synchronisation: returns a 0-d array, 1 = finite."""
-    grads = [p.grad(ctx) for p in params]
-    norm = np.sqrt(sum((g * g).sum() for g in grads)) / num_tokens
-    finite = np.isfinite(norm)
-    scale = np.minimum(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
-    for g in grads:
-        g[:] = np.where(finite, g * scale, 0.0)
-    return finite
-
-
 class LossMeter:
     """Per-token training loss over the steps of an epoch, read from the device only when asked
-    (`flush`). Non-finite steps are counted, not averaged; too many in a row stop training."""
+    (`flush`). Non-finite steps (skipped by the optimizer) are counted, not averaged; too many in
+    a row stop training."""
 
     def __init__(self, max_nonfinite):
         self.max_nonfinite, self.pending = max_nonfinite, []
@@ -117,9 +106,10 @@ class Fit:
         self.loss_fn.initialize(ctx=self.ctxs)
         self.loss_fn.hybridize(static_alloc=True)
         self.params = [p for p in self.model.collect_params().values() if p.grad_req != "null"]
-        # Gradients are summed by the KVStore (several devices or workers), guarded here, and
-        # the update runs on every device/worker alike (update_on_kvstore=False).
-        self.trainer = gluon.Trainer(self.model.collect_params(), "adam",
+        # Gradients are summed by the KVStore (several devices or workers), then clipped and
+        # guarded by GuardedAdam's device-side scale; the update runs on every device/worker
+        # alike (update_on_kvstore=False).
+        self.trainer = gluon.Trainer(self.model.collect_params(), "guardedadam",
                                      {"learning_rate": train_cfg.lr, "beta1": 0.9,
                                       "beta2": train_cfg.beta2, "epsilon": 1e-9,
                                       "wd": train_cfg.weight_decay},
@@ -156,10 +146,13 @@ class Fit:
         self.trainer.set_learning_rate(inverse_sqrt_warmup(self.step, self.cfg.lr,
                                                            self.cfg.warmup_steps))
         self.trainer.allreduce_grads()  # every device now holds the job's gradient sum
-        finites = [guard_gradients(self.params, self.cfg.clip_norm, batch.num_tgt_tokens, ctx)
-                   for ctx in self.ctxs]
-        self.trainer.update(batch.num_tgt_tokens)  # per token of the whole job's batch
-        return sum(nlls), finites[0], sum(part.num_tgt_tokens for part in parts)
+        for ctx in self.ctxs:  # clip, 1 / the job's tokens, and 0 (skip) if not finite
+            scale, finite = gradient_scale([p.grad(ctx) for p in self.params],
+                                           self.cfg.clip_norm, batch.num_tgt_tokens)
+            self.trainer.optimizer.scales[ctx] = scale
+        self.trainer.update(1)  # the scale above already divides by the tokens
+        return (sum(nlls), finite.as_np_ndarray().reshape(()),
+                sum(part.num_tgt_tokens for part in parts))
 
     def time_to_stop(self, step_in_epoch):
         """The wall-clock budget, agreed by all workers (checked every `log_every` steps in a
@@ -169,27 +162,29 @@ class Fit:
         return step_in_epoch % self.cfg.log_every == 0 and self.parallel.any(self.out_of_time())
 
     def train_epoch(self):
-        """One pass over the shuffled training batches; returns (mean nll, target tokens/s)."""
+        """One pass over the shuffled training batches; returns (mean nll of this process's rows,
+        target tokens/s of the whole job)."""
         epoch_seed = self.seed * 1000 + self.epoch  # data order and dropout: a resumed epoch
         seed_everything(epoch_seed)                 # replays exactly
         batches = bucket_batches(self.train_src, self.train_tgt, self.cfg.batch_tokens,
                                  shuffle=True, seed=epoch_seed)
-        meter, tic = LossMeter(self.cfg.max_nonfinite_steps), time.time()
+        meter, tic, job_tokens = LossMeter(self.cfg.max_nonfinite_steps), time.time(), 0
         bar = tqdm(batches, desc=f"epoch {self.epoch + 1}", leave=False, mininterval=2,
                    dynamic_ncols=True, disable=not self.parallel.is_chief)
         for step_in_epoch, batch in enumerate(bar, 1):
             meter.add(*self.train_step(batch))
+            job_tokens += batch.num_tgt_tokens
             if len(meter.pending) >= self.cfg.log_every:
                 meter.flush()  # the only device->host reads of the loop
                 bar.set_postfix(loss=f"{meter.mean:.3f}", lr=f"{self.trainer.learning_rate:.2e}",
-                                tok_s=f"{meter.tokens / (time.time() - tic):.0f}")
+                                tok_s=f"{job_tokens / (time.time() - tic):.0f}")
             if self.time_to_stop(step_in_epoch):
                 break
         meter.flush()
         if meter.skipped:
             log.warning("epoch %d: %d steps had a non-finite loss; their updates were skipped",
                         self.epoch + 1, meter.skipped)
-        return meter.mean, meter.tokens / (time.time() - tic)
+        return meter.mean, job_tokens / (time.time() - tic)
 
     def evaluate(self, split):
         """Mean per-token nll on ``split`` and its greedy sacreBLEU."""

@@ -104,20 +104,36 @@ def test_full_disk_keeps_the_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json", "best.params"]
 
 
-def test_non_finite_gradients_are_zeroed_and_counted():
+def test_non_finite_steps_are_skipped_whole_and_counted():
     import math
     import mxnet as mx
     import pytest
-    from mxnet import np
-    from mtx.trainer import LossMeter, TrainingError, guard_gradients
+    from mxnet import gluon, np
+    from mtx.optimizer import gradient_scale
+    from mtx.trainer import LossMeter, TrainingError
     param = mx.gluon.Parameter("w", shape=(3,))
     param.initialize()
     param.grad()[:] = np.array([3.0, 4.0, 0.0])
-    assert float(guard_gradients([param], 1.0, 1, mx.cpu())) == 1.0
-    assert onp.allclose(param.grad().asnumpy(), [0.6, 0.8, 0.0], atol=1e-5)  # clipped to norm 1
+    scale, finite = gradient_scale([param.grad()], 1.0, 1)
+    assert finite.asscalar() == 1.0 and abs(scale.asscalar() - 0.2) < 1e-5  # norm 5 clipped to 1
+    scale, _ = gradient_scale([param.grad()], 10.0, 2)   # per-token norm 2.5: no clipping
+    assert abs(scale.asscalar() - 0.5) < 1e-6
+    trainer = gluon.Trainer([param], "guardedadam", {"learning_rate": 0.1}, update_on_kvstore=False)
+    trainer.optimizer.scales[mx.cpu()] = scale
+    param.data()._fresh_grad = True                      # as if backward had written the gradient
+    trainer.update(1)                                    # a finite step moves weights and moments
+    moved = param.data().asnumpy().copy()
+    moments = [m.asnumpy().copy() for m in trainer._updaters[0].states[0]]
+    assert (moments[0] != 0).any()
     param.grad()[:] = np.array([1.0, math.nan, 2.0])
-    finite = guard_gradients([param], 1.0, 1, mx.cpu())
-    assert float(finite) == 0.0 and (param.grad().asnumpy() == 0).all()
+    scale, finite = gradient_scale([param.grad()], 1.0, 1)
+    assert finite.asscalar() == 0.0 and scale.asscalar() == 0.0
+    trainer.optimizer.scales[mx.cpu()] = scale
+    param.data()._fresh_grad = True
+    trainer.update(1)                                    # the non-finite step changes nothing
+    assert onp.array_equal(param.data().asnumpy(), moved)
+    for before, after in zip(moments, trainer._updaters[0].states[0]):
+        assert onp.array_equal(before, after.asnumpy())
     meter = LossMeter(max_nonfinite=3)
     meter.add(np.array(2.0), np.array(True), 4)
     meter.add(np.array(math.nan), np.array(False), 4)
