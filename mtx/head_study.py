@@ -44,16 +44,34 @@ def importance_scores(model, corpus, split, max_sentences, scorer, ctx, leave_on
     return scores
 
 
-def curves(scorer, importance, random_orders):
-    """BLEU vs heads removed for the importance order and ``random_orders`` random orders."""
+def curves(scorer, importance, random_orders, iterative_importance=None):
+    """BLEU vs heads removed for the importance order, the iterative order (re-scored with
+    ``iterative_importance(gates)`` after each step, when given) and ``random_orders`` random
+    orders. Returns ({order name: [(a, h), ...]}, {order name: [(removed, BLEU), ...]})."""
     shape = importance.shape
-    order = heads.removal_order(importance)
-    result = {"importance": heads.pruning_curve(scorer, shape, order)}
+    orders = {"importance": heads.removal_order(importance)}
+    if iterative_importance is not None:
+        orders["iterative"] = heads.iterative_order(iterative_importance, shape)
     for seed in range(1, random_orders + 1):
-        shuffled = list(order)
+        shuffled = list(orders["importance"])
         onp.random.RandomState(seed).shuffle(shuffled)
-        result[f"random{seed}"] = heads.pruning_curve(scorer, shape, shuffled)
-    return order, result
+        orders[f"random{seed}"] = shuffled
+    return orders, {name: heads.pruning_curve(scorer, shape, order)
+                    for name, order in orders.items()}
+
+
+def most_removable(points, orders, max_bleu_loss):
+    """(order name, heads removed): the non-random order and step that remove the most heads
+    within ``max_bleu_loss`` of the full model's score."""
+    best = None
+    for name, curve in points.items():
+        if name.startswith("random"):
+            continue
+        base = curve[0][1]
+        removed = max(n for n, bleu in curve if base - bleu <= max_bleu_loss)
+        if best is None or removed > best[1]:
+            best = (name, removed)
+    return best
 
 
 def save_pruned_run(pruned, run_dir, out_dir, meta):

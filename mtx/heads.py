@@ -32,13 +32,15 @@ def _batches(src_ids, tgt_ids, batch_tokens=4096):
     return bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle=False, seed=0)
 
 
-def gradient_importance(model, src_ids, tgt_ids, ctx, normalize=True):
-    """(A, H): mean over target tokens of |d loss / d gate| with all gates at 1, dropout off.
-    With ``normalize`` each layer's scores are divided by their L2 norm (Michel et al.)."""
+def gradient_importance(model, src_ids, tgt_ids, ctx, normalize=True, gates=None):
+    """(A, H): mean over target tokens of |d loss / d gate| at ``gates`` (default all 1: the
+    full model), dropout off. With ``normalize`` each layer's scores are divided by their L2 norm
+    (Michel et al.)."""
     cfg = model.cfg
     loss_fn = LabelSmoothedCrossEntropy(cfg.vocab_size, 0.0)
     loss_fn.initialize(ctx=ctx)
-    gates = np.ones((cfg.num_attention_layers, cfg.num_heads), ctx=ctx)
+    shape = (cfg.num_attention_layers, cfg.num_heads)
+    gates = np.array(onp.ones(shape) if gates is None else gates, dtype="float32", ctx=ctx)
     gates.attach_grad()
     total, tokens = onp.zeros(gates.shape), 0
     for batch in _batches(src_ids, tgt_ids):
@@ -93,6 +95,30 @@ def removal_order(importance, keep_one_per_layer=True):
     last = {a: max(range(importance.shape[1]), key=lambda h: importance[a, h])
             for a in range(importance.shape[0])}
     return [(a, h) for _, a, h in flat if last[a] != h]
+
+
+def iterative_order(importance_fn, shape, fraction_step=0.1):
+    """Removal order re-scored as heads go (Michel et al.'s iterative pruning): score the heads
+    with ``importance_fn(gates)`` at the current gates, remove the round(fraction_step * all
+    heads) least important that remain (a layer keeps its last head), and repeat."""
+    total, gates, order = shape[0] * shape[1], onp.ones(shape), []
+    per_step = max(1, int(round(fraction_step * total)))
+    while True:
+        importance = importance_fn(gates)
+        candidates = [(a, h) for a, h in removal_order(importance) if gates[a, h] > 0]
+        left = {a: int(gates[a].sum()) for a in range(shape[0])}
+        taken = []
+        for a, h in candidates:
+            if len(taken) == per_step:
+                break
+            if left[a] > 1:
+                taken.append((a, h))
+                left[a] -= 1
+        if not taken:
+            return order
+        for a, h in taken:
+            gates[a, h] = 0
+        order += taken
 
 
 def pruning_curve(score_fn, shape, order, fraction_step=0.1):

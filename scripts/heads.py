@@ -20,8 +20,8 @@ from omegaconf import OmegaConf
 from mtx import heads
 from mtx.cli import one_line_errors, typed
 from mtx.corpus import load_corpus
-from mtx.head_study import (GatedScorer, curves, importance_scores, save_pruned_run,
-                            timed_translation, write_json)
+from mtx.head_study import (GatedScorer, curves, importance_scores, most_removable,
+                            save_pruned_run, timed_translation, write_json)
 from mtx.pictures import importance_heatmaps, pruning_plot
 from mtx.run import load_run
 from mtx.trainer import resolve_device
@@ -50,22 +50,26 @@ def main(cfg):
     names = heads.layer_names(model.cfg)
     write_json(out / "importance.json", {"layers": names, **scores})
     importance_heatmaps(scores, names, out / "importance.png")
-    order, points = curves(scorer, scores["gradient"], cfg.random_orders)
-    write_json(out / "pruning.json", {"order": order, "curves": points})
+    src_ids, tgt_ids = (ids[:cfg.max_sentences] for ids in corpus.ids[cfg.importance_split])
+    rescore = (lambda gates: heads.gradient_importance(model, src_ids, tgt_ids, ctx, gates=gates)
+               ) if cfg.iterative else None
+    orders, points = curves(scorer, scores["gradient"], cfg.random_orders, rescore)
+    write_json(out / "pruning.json", {"orders": orders, "curves": points})
     pruning_plot(points, model.cfg.num_attention_layers * model.cfg.num_heads, out / "pruning.png")
 
-    base = points["importance"][0][1]
-    removed = max(n for n, bleu in points["importance"] if base - bleu <= cfg.max_bleu_loss)
+    order_name, removed = most_removable(points, orders, cfg.max_bleu_loss)
     gates = onp.ones(scores["gradient"].shape)
-    for a, h in order[:removed]:
+    for a, h in orders[order_name][:removed]:
         gates[a, h] = 0
     pruned = heads.prune(model, gates, ctx)
-    save_pruned_run(pruned, run_dir, out / "pruned", {"removed_heads": removed})
+    save_pruned_run(pruned, run_dir, out / "pruned", {"removed_heads": removed,
+                                                      "order": order_name})
     pruned.hybridize(static_alloc=True)
     full, _, _ = load_run(run_dir, ctx, cfg.checkpoint)  # `model` is traced with gates: keep apart
     full.hybridize(static_alloc=True)
     test_src, test_ref = corpus.text[cfg.test_split]
-    speed = {"removed_heads": removed, "kept_per_layer": pruned.cfg.heads_per_layer,
+    speed = {"removed_heads": removed, "order": order_name,
+             "kept_per_layer": pruned.cfg.heads_per_layer,
              "decode": dict(decode_cfg.__dict__), "split": cfg.test_split}
     for label, m in (("full", full), ("pruned", pruned), ("full_again", full)):
         speed[label] = timed_translation(m, tokenizer, decode_cfg, ctx, test_src, test_ref,

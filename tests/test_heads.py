@@ -70,6 +70,22 @@ def test_removal_order_keeps_one_head_per_layer():
     assert heads.removal_order(importance) == [(0, 0), (1, 1), (1, 0), (0, 2)]
 
 
+def test_iterative_order_rescores_at_the_current_gates():
+    seen = []
+
+    def importance_fn(gates):  # head h of a layer matters h + 1, but a gated-off layer-0 head
+        seen.append(gates.copy())  # makes layer 1's head 0 the most important
+        scores = onp.tile(onp.arange(1.0, 4.0), (2, 1))
+        if gates[0].sum() < 3:
+            scores[1, 0] = 10.0
+        return scores
+
+    order = heads.iterative_order(importance_fn, (2, 3), fraction_step=1 / 6)  # one head a step
+    assert order == [(0, 0), (0, 1), (1, 1), (1, 2)]  # re-scored: (1, 0) is never removed
+    assert heads.removal_order(onp.tile(onp.arange(1.0, 4.0), (2, 1)))[1] == (1, 0)  # unlike once
+    assert onp.array_equal(seen[0], onp.ones((2, 3))) and seen[1][0, 0] == 0 and len(seen) == 5
+
+
 def test_pruned_model_equals_gated_model(toy):
     model, corpus = toy
     src, src_len, tgt = _inputs(corpus)
@@ -93,7 +109,8 @@ def test_heads_script_runs_end_to_end(toy_run):
     importance = json.loads((out / "importance.json").read_text())
     assert set(importance) >= {"layers", "gradient", "confidence", "leave_one_out_bleu"}
     curves = json.loads((out / "pruning.json").read_text())["curves"]
-    assert set(curves) == {"importance", "random1", "random2"} and curves["importance"][0][0] == 0
+    assert set(curves) == {"importance", "iterative", "random1", "random2"}
+    assert curves["importance"][0][0] == 0 and curves["iterative"][0] == curves["importance"][0]
     speed = json.loads((out / "speed.json").read_text())
     assert speed["speedup"] > 0 and speed["pruned"]["sacrebleu"]["score"] >= 0
     for png in ("importance.png", "pruning.png"):
