@@ -95,9 +95,9 @@ KVSTORES = ("device", "local", "dist_sync", "dist_device_sync")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_tokens: int = 4096        # padded tokens per batch (longer side)
+    batch_tokens: int = 2048        # padded tokens per batch (longer side)
     lr: float = 1e-3                # peak learning rate
-    warmup_steps: int = 400         # linear warm-up, then inverse square root decay
+    warmup_steps: int = 800         # linear warm-up, then inverse square root decay
     beta2: float = 0.98
     weight_decay: float = 0.0       # on weight matrices only
     label_smoothing: float = 0.1
