@@ -26,7 +26,7 @@ def choose_final(fit):
     """Best-by-val-BLEU checkpoint, or the average of the last N epochs if that scores higher."""
     best_path = fit.run_dir / "checkpoints" / "best.params"
     last = ckpt.epoch_checkpoints(fit.run_dir)[-fit.cfg.average_last:]
-    fit.model.load_parameters(str(best_path), ctx=fit.ctx)
+    fit.model.load_parameters(str(best_path), ctx=fit.ctxs)
     _, best_bleu = fit.evaluate("val")
     choice = {"checkpoint": "best", "valid_bleu": best_bleu}
     if fit.cfg.average_last > 1 and len(last) > 1:
@@ -36,7 +36,7 @@ def choose_final(fit):
                  best_bleu and best_bleu["score"], len(last), avg_bleu and avg_bleu["score"])
         if avg_bleu is None or best_bleu is None or avg_bleu["score"] >= best_bleu["score"]:
             return {"checkpoint": "average", "averaged": len(last), "valid_bleu": avg_bleu}
-        fit.model.load_parameters(str(best_path), ctx=fit.ctx)
+        fit.model.load_parameters(str(best_path), ctx=fit.ctxs)
     return choice
 
 

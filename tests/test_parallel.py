@@ -1,4 +1,5 @@
 """Data parallelism: several devices of one process, and a real KVStore cluster on loopback."""
+import json
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ from mtx.data import bucket_batches
 from mtx.parallel import DataParallel, split_rows
 from mtx.trainer import Fit, seed_everything
 
-from conftest import ROOT
+from conftest import ROOT, run_script
 
 
 def _toy_batches(tmp_path):
@@ -65,6 +66,16 @@ def test_two_cpu_contexts_train_like_one_with_the_same_total_batch(tmp_path):
     for name in one:
         assert onp.allclose(one[name], two[name], atol=1e-5, rtol=0), name
     assert any(not onp.allclose(one[n], initial[n], atol=1e-3) for n in one)  # they did train
+
+
+def test_train_script_runs_on_two_devices_end_to_end(tmp_path):
+    done = run_script("train", "experiment=smoke", "train.devices=[cpu:0,cpu:1]",
+                      f"hydra.run.dir={tmp_path / 'run'}", f"paths.cache_dir={tmp_path / 'cache'}",
+                      "data.sizes=[600,30,30]")
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["devices"] == ["cpu(0)", "cpu(1)"] and report["final"]["checkpoint"] in (
+        "best", "average")
 
 
 def test_unknown_kvstore_is_a_config_error():
