@@ -4,6 +4,8 @@ import hashlib
 import json
 import logging
 import random
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -116,6 +118,7 @@ class Fit:
                                      kvstore=parallel.trainer_kvstore, update_on_kvstore=False)
         self.step, self.epoch, self.best_bleu, self.stale_epochs = 0, 0, None, 0
         self.sentences_seen = []  # ids of the training pairs this process trained on
+        self.interrupt_requested = False
         self.train_src, self.train_tgt = corpus.train_pairs(data_cfg.max_len)
         self.start, self.minutes_before = time.time(), 0.0
 
@@ -178,6 +181,7 @@ class Fit:
                 meter.flush()  # the only device->host reads of the loop
                 bar.set_postfix(loss=f"{meter.mean:.3f}", lr=f"{self.trainer.learning_rate:.2e}",
                                 tok_s=f"{job_tokens / (time.time() - tic):.0f}")
+            self.check_interrupt()
             if self.time_to_stop(step_in_epoch):
                 break
         meter.flush()
@@ -265,6 +269,11 @@ class Fit:
         return 0
 
     def run(self):
+        """Train until the budget, max_epochs or early stopping. Ctrl-C (SIGINT) saves the model
+        as interrupted.params and re-raises KeyboardInterrupt."""
+        handler = None
+        if threading.current_thread() is threading.main_thread():
+            handler = signal.signal(signal.SIGINT, self._on_sigint)
         try:
             return self._run()
         except KeyboardInterrupt:
@@ -276,6 +285,21 @@ class Fit:
                         "hydra.run.dir=%s continues from the last epoch checkpoint",
                         self.step, path, self.run_dir)
             raise
+        finally:
+            if handler is not None:
+                signal.signal(signal.SIGINT, handler)
+
+    def _on_sigint(self, signum, frame):
+        """The first Ctrl-C is acted on between steps (`check_interrupt`): raised from a signal
+        handler, it could land in an array's __del__, where Python drops it. A second one raises
+        at once."""
+        if self.interrupt_requested:
+            raise KeyboardInterrupt
+        self.interrupt_requested = True
+
+    def check_interrupt(self):
+        if self.interrupt_requested:
+            raise KeyboardInterrupt
 
     def _run(self):
         while self.epoch < self.cfg.max_epochs:
@@ -284,6 +308,7 @@ class Fit:
             stop = None
             if self.parallel.is_chief:  # evaluation and checkpoints: rank 0 only
                 self.end_of_epoch(train_loss, tok_s)
+                self.check_interrupt()
                 if self.cfg.patience and self.stale_epochs >= self.cfg.patience:
                     stop = f"no better val BLEU for {self.stale_epochs} epochs: early stop"
             if self.out_of_time():
