@@ -34,8 +34,8 @@ def _batches(src_ids, tgt_ids, batch_tokens=4096):
 
 def gradient_importance(model, src_ids, tgt_ids, ctx, normalize=True, gates=None):
     """(A, H): mean over target tokens of |d loss / d gate| at ``gates`` (default all 1: the
-    full model), dropout off. With ``normalize`` each layer's scores are divided by their L2 norm
-    (Michel et al.)."""
+    full model), dropout off; 0 for heads whose gate is 0. With ``normalize`` each layer's scores
+    are divided by their L2 norm (Michel et al.)."""
     cfg = model.cfg
     loss_fn = LabelSmoothedCrossEntropy(cfg.vocab_size, 0.0)
     loss_fn.initialize(ctx=ctx)
@@ -51,7 +51,8 @@ def gradient_importance(model, src_ids, tgt_ids, ctx, normalize=True, gates=None
         total += onp.abs(gates.grad.asnumpy())
         tokens += batch.num_tgt_tokens
     scores = total / tokens
-    if normalize:
+    scores = scores * (gates.asnumpy() > 0)  # heads already gated off neither count nor skew
+    if normalize:                           # their layer's normalisation
         scores = scores / onp.maximum(onp.linalg.norm(scores, axis=1, keepdims=True), 1e-12)
     return scores
 

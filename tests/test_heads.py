@@ -61,6 +61,10 @@ def test_importance_is_deterministic_and_layer_normalised(toy):
     assert onp.array_equal(first, second)
     assert first.shape == (model.cfg.num_attention_layers, model.cfg.num_heads)
     assert onp.allclose(onp.linalg.norm(first, axis=1), 1.0)
+    gates = onp.ones(first.shape)
+    gates[0, :2] = 0
+    rescored = heads.gradient_importance(model, src_ids, tgt_ids, mx.cpu(), gates=gates)
+    assert (rescored[0, :2] == 0).all() and onp.allclose(onp.linalg.norm(rescored, axis=1), 1.0)
     conf = heads.confidence(model, src_ids, tgt_ids, mx.cpu())
     assert ((conf > 0) & (conf <= 1.0 + 1e-6)).all()
 
