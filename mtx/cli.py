@@ -15,11 +15,16 @@ USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, Train
                TokenizerError)
 
 
+def _cluster_worker():
+    """A worker process of a KVStore cluster (started by mxnet.tools.launch)."""
+    return os.environ.get("DMLC_ROLE") == "worker"
+
+
 def _exit(code):
     """Exit with ``code``; a KVStore cluster worker exits at once, because a normal exit waits
     for every other worker (ps-lite's final barrier) and the job would hang (scripts/launch.py
     then stops the whole job)."""
-    if os.environ.get("DMLC_ROLE") == "worker":
+    if _cluster_worker():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -39,7 +44,7 @@ def one_line_errors():
         print("interrupted", file=sys.stderr)
         _exit(130)
     except Exception:
-        if os.environ.get("DMLC_ROLE") != "worker":
+        if not _cluster_worker():
             raise
         traceback.print_exc()
         _exit(1)

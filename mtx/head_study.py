@@ -60,7 +60,7 @@ def curves(scorer, importance, random_orders, iterative_importance=None):
                     for name, order in orders.items()}
 
 
-def most_removable(points, orders, max_bleu_loss):
+def most_removable(points, max_bleu_loss):
     """(order name, heads removed): the non-random order and step that remove the most heads
     within ``max_bleu_loss`` of the full model's score."""
     best = None

@@ -1,6 +1,5 @@
 """One training run end to end: data, model, training, final checkpoint choice, test scores."""
 import dataclasses
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -76,10 +75,9 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
              f"{count_parameters(fit.model):,}", len(fit.train_src), ctxs, parallel.rank,
              parallel.num_workers)
     train_minutes = fit.run()
-    seen = sorted(fit.sentences_seen)
     log.info("worker %d of %d: trained on %d sentences (ids digest %s) in %d steps; parameter "
-             "digest %s", parallel.rank, parallel.num_workers, len(seen),
-             hashlib.sha256(str(seen).encode()).hexdigest()[:16], fit.step, fit.parameter_digest())
+             "digest %s", parallel.rank, parallel.num_workers, *fit.shard_digest(), fit.step,
+             fit.parameter_digest())
     if not parallel.is_chief:
         return None
     final = choose_final(fit)

@@ -117,9 +117,9 @@ class Fit:
                                       "wd": train_cfg.weight_decay},
                                      kvstore=parallel.trainer_kvstore, update_on_kvstore=False)
         self.step, self.epoch, self.best_bleu, self.stale_epochs = 0, 0, None, 0
-        self.sentences_seen = []  # ids of the training pairs this process trained on
-        self.interrupt_requested = False
         self.train_src, self.train_tgt = corpus.train_pairs(data_cfg.max_len)
+        self.times_seen = onp.zeros(len(self.train_src), "int64")  # per training pair, here
+        self.interrupt_requested = False
         self.start, self.minutes_before = time.time(), 0.0
 
     def minutes(self):
@@ -143,7 +143,8 @@ class Fit:
                 loss, nll = self.loss_fn(self.model(src, src_len, tgt_in), tgt_out, tgt_len)
                 losses.append(loss * weight)
                 nlls.append(nll.as_in_ctx(self.ctx) * weight)
-                self.sentences_seen.extend(part.ids.tolist() if weight else [])
+                if weight:
+                    onp.add.at(self.times_seen, part.ids, 1)
         autograd.backward(losses)
         self.step += 1
         self.trainer.set_learning_rate(inverse_sqrt_warmup(self.step, self.cfg.lr,
@@ -317,6 +318,12 @@ class Fit:
                 log.info("%s", stop or "another worker stopped the job")
                 break
         return self.minutes()
+
+    def shard_digest(self):
+        """(training pairs this process trained on, counting repeats; sha256 of how often each
+        pair was seen): workers of one job report different digests that add up to the data."""
+        digest = hashlib.sha256(self.times_seen.tobytes()).hexdigest()[:16]
+        return int(self.times_seen.sum()), digest
 
     def parameter_digest(self):
         """sha256 of every parameter's bytes on ``ctx`` (workers compare it at the end)."""

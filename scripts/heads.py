@@ -57,7 +57,7 @@ def main(cfg):
     write_json(out / "pruning.json", {"orders": orders, "curves": points})
     pruning_plot(points, model.cfg.num_attention_layers * model.cfg.num_heads, out / "pruning.png")
 
-    order_name, removed = most_removable(points, orders, cfg.max_bleu_loss)
+    order_name, removed = most_removable(points, cfg.max_bleu_loss)
     gates = onp.ones(scores["gradient"].shape)
     for a, h in orders[order_name][:removed]:
         gates[a, h] = 0
