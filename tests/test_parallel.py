@@ -113,3 +113,23 @@ def test_local_cluster_trains_the_same_parameters_on_different_shards(tmp_path):
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("epoch_*.params"))
     assert checkpoints == ["epoch_001.params", "epoch_002.params", "epoch_003.params"]
     assert (run_dir / "report.json").is_file()
+
+
+def test_a_failing_worker_stops_the_whole_job(tmp_path):
+    """Without the repair, MXNet's local launcher retries the worker and the job hangs."""
+    command = [sys.executable, str(ROOT / "scripts" / "launch.py"), "--launcher", "local",
+               "-n", "2", "-s", "1", sys.executable, str(ROOT / "scripts" / "train.py"),
+               "train.kvstore=dist_sync", f"hydra.run.dir={tmp_path / 'run'}",
+               f"data.raw_dir={tmp_path / 'missing'}"]
+    proc = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log = out.decode(errors="replace")
+    assert proc.returncode == 1, log[-2000:]
+    assert "is not a readable directory" in log and "stopping the job" in log

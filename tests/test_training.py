@@ -111,3 +111,34 @@ def test_toy_task_is_learned_through_the_script(toy_run):
         assert (toy_run / name).is_file(), name
     epochs = [json.loads(line) for line in (toy_run / "metrics.jsonl").read_text().splitlines()]
     assert len(epochs) == report["epochs"] and epochs[-1]["valid/bleu"] > epochs[0]["valid/bleu"]
+
+
+def test_guarded_adam_matches_mxnet_adam():
+    """The fused optimizer is MXNet's Adam when the scale is 1 / tokens (no clipping)."""
+    from mxnet import autograd, gluon
+    from mtx.optimizer import gradient_scale
+    x = np.array(onp.random.RandomState(0).normal(size=(4, 8)).astype("float32"))
+    weights = []
+    for kind in ("adam", "guardedadam"):
+        mx.random.seed(0)
+        net = gluon.nn.HybridSequential()
+        for _ in range(40):  # more parameters than one fused kernel takes (32)
+            net.add(gluon.nn.Dense(8, in_units=8))
+        net.initialize(mx.init.Xavier())
+        params = list(net.collect_params().values())
+        trainer = gluon.Trainer(net.collect_params(), kind, {"learning_rate": 1e-2, "beta2": 0.98,
+                                                              "epsilon": 1e-9},
+                                update_on_kvstore=False)
+        for _ in range(5):
+            with autograd.record():
+                loss = (net(x) ** 2).sum()
+            loss.backward()
+            if kind == "adam":
+                trainer.step(4)
+            else:
+                trainer.optimizer.scales[mx.cpu()] = gradient_scale(
+                    [p.grad() for p in params], 0, 4)[0]
+                trainer.update(1)
+        weights.append([p.data().asnumpy() for p in params])
+    for adam, guarded in zip(*weights):
+        assert onp.allclose(adam, guarded, atol=1e-5, rtol=0)
