@@ -16,6 +16,8 @@ from mxnet.gluon import nn
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
 
+from .precision import Linear
+
 __all__ = ["masked_softmax", "transpose_qkv", "transpose_output",
            "DotProductAttention", "MultiHeadAttention"]
 
@@ -95,10 +97,10 @@ class MultiHeadAttention(HybridBlock):
         units = dict(use_bias=use_bias, flatten=False, in_units=in_units or 0)  # 0: infer later
         with self.name_scope():
             self.attention = DotProductAttention(head_dim, dropout)
-            self.W_q = nn.Dense(inner, prefix="W_q_", **units)
-            self.W_k = nn.Dense(inner, prefix="W_k_", **units)
-            self.W_v = nn.Dense(inner, prefix="W_v_", **units)
-            self.W_o = nn.Dense(num_hiddens, prefix="W_o_", use_bias=use_bias, flatten=False,
+            self.W_q = Linear(inner, prefix="W_q_", **units)
+            self.W_k = Linear(inner, prefix="W_k_", **units)
+            self.W_v = Linear(inner, prefix="W_v_", **units)
+            self.W_o = Linear(num_hiddens, prefix="W_o_", use_bias=use_bias, flatten=False,
                                 in_units=inner)
 
     def hybrid_forward(self, F, queries, keys, values, valid_lens=None, head_gate=None):

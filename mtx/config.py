@@ -91,6 +91,7 @@ class DataConfig:
 
 
 KVSTORES = ("device", "local", "dist_sync", "dist_device_sync")
+PRECISIONS = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,14 @@ class TrainConfig:
     # dist_device_sync (a cluster started by mxnet.tools.launch; see README).
     devices: Optional[List[str]] = None
     kvstore: str = "device"
+    # Matrix multiplies in float32 or bfloat16 (weights, optimizer, LayerNorm, softmax and loss
+    # stay float32); bfloat16 pays off on CPUs with AVX512-BF16 (docs/performance.md).
+    precision: str = "float32"
 
     def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"train.precision={self.precision}: choose one of "
+                              f"{', '.join(PRECISIONS)}")
         if self.kvstore not in KVSTORES:
             raise ConfigError(f"train.kvstore={self.kvstore}: choose one of {', '.join(KVSTORES)}")
         if self.devices is not None and not self.devices:

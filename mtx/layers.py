@@ -7,6 +7,8 @@ from mxnet.gluon import nn
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
 
+from .precision import Linear
+
 
 def sinusoid_table(max_len, num_hiddens):
     """(max_len, D) table of sines and cosines (Vaswani et al. 2017), as in the d2l book."""
@@ -53,9 +55,9 @@ class PositionWiseFFN(HybridBlock):
     def __init__(self, ffn_num_hiddens, num_hiddens, **kwargs):
         super().__init__(**kwargs)
         with self.name_scope():
-            self.dense1 = nn.Dense(ffn_num_hiddens, activation="relu", flatten=False,
+            self.dense1 = Linear(ffn_num_hiddens, activation="relu", flatten=False,
                                    in_units=num_hiddens)
-            self.dense2 = nn.Dense(num_hiddens, flatten=False, in_units=ffn_num_hiddens)
+            self.dense2 = Linear(num_hiddens, flatten=False, in_units=ffn_num_hiddens)
 
     def hybrid_forward(self, F, X):
         return self.dense2(self.dense1(X))

@@ -8,6 +8,7 @@ from .decoder import Decoder, layer_gates
 from .encoder import Encoder
 from .layers import TokenEmbedding
 from .masks import causal_valid_len
+from .precision import fully_connected
 
 
 @use_np
@@ -24,8 +25,10 @@ class OutputProjection(HybridBlock):
             self.weight = self.params.get("weight", shape=(vocab_size, num_hiddens))
             self.bias = self.params.get("bias", shape=(vocab_size,), init="zeros")
 
+    compute_dtype = "float32"  # `mtx.precision.set_precision`
+
     def hybrid_forward(self, F, X, weight, bias):
-        return F.npx.fully_connected(X, weight, bias, num_hidden=self.vocab_size, flatten=False)
+        return fully_connected(F, X, weight, bias, self.vocab_size, self.compute_dtype)
 
 
 @use_np

@@ -21,6 +21,7 @@ from .loss import LabelSmoothedCrossEntropy
 from .model import Transformer
 from .optimizer import gradient_scale
 from .parallel import split_rows
+from .precision import set_precision
 from .schedule import inverse_sqrt_warmup
 from .search import Translator
 
@@ -102,6 +103,7 @@ class Fit:
             (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         self.model = Transformer(model_cfg)
         self.model.initialize(mx.init.Xavier(), ctx=self.ctxs)
+        set_precision(self.model, train_cfg.precision)
         if train_cfg.hybridize:
             self.model.hybridize(static_alloc=True)
         self.loss_fn = LabelSmoothedCrossEntropy(model_cfg.vocab_size, train_cfg.label_smoothing)

@@ -45,7 +45,7 @@ def train_flops(b, d=256, ffn=1024, layers=3, vocab=8000):
 
 
 class MtxImpl:
-    def __init__(self, cfg, corpus_):
+    def __init__(self, cfg, corpus_, precision="float32"):
         import mxnet as mx
         from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
         from mtx.parallel import DataParallel
@@ -55,7 +55,7 @@ class MtxImpl:
                                 num_decoder_layers=cfg["layers"], dropout=cfg["dropout"],
                                 attention_dropout=cfg["dropout"], tie_embeddings=False,
                                 vocab_size=cfg["vocab"])
-        self.fit = Fit(corpus_, model_cfg, DataConfig(), TrainConfig(), DecodeConfig(),
+        self.fit = Fit(corpus_, model_cfg, DataConfig(), TrainConfig(precision=precision), DecodeConfig(),
                        "/tmp/mtx-bench-run", DataParallel([mx.cpu()]), seed=1)
         self.model = self.fit.model
 
@@ -86,7 +86,7 @@ def make_impl(name, corpus_):
     sys.path.insert(0, str(ROOT / "scripts"))
     import bench_peers
     if name.startswith("mtx"):
-        return MtxImpl(CFG, corpus_)
+        return MtxImpl(CFG, corpus_, "bfloat16" if name == "mtx-bf16" else "float32")
     return {"gluonnlp": bench_peers.GluonNLPPeer, "d2l": bench_peers.D2LPeer}[name](CFG, True)
 
 

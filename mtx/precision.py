@@ -1,0 +1,52 @@
+"""bfloat16 matrix multiplies on CPUs with AVX512-BF16 (or GPUs), weights kept in float32.
+
+MXNet 1.9.1's pip wheel runs ``FullyConnected`` in bfloat16 through oneDNN at twice the float32
+peak here (docs/performance.md), but it knows bfloat16 only as the structured dtype
+``mxnet.contrib.amp.amp.bfloat16``: the string 'bfloat16' fails, and so does
+``amp.convert_hybrid_block``. `Linear` casts its input, weight and bias to that dtype around the
+product and its output back to float32, so parameters, optimizer state, LayerNorm, softmax and
+the loss stay float32 (the casts' gradients flow back to the float32 weights).
+"""
+from mxnet.contrib.amp.amp import bfloat16
+from mxnet.gluon import nn
+from mxnet.util import use_np
+
+from .config import PRECISIONS
+
+
+def cast(F, x, dtype):
+    """amp_cast of a NumPy-interface array or symbol (the op exists only in the legacy API)."""
+    return F.amp_cast(x.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
+
+
+def fully_connected(F, x, weight, bias, num_hidden, compute_dtype):
+    """x (..., in) -> (..., num_hidden) float32; the product in ``compute_dtype``."""
+    if compute_dtype == "float32":
+        return F.npx.fully_connected(x, weight, bias, num_hidden=num_hidden, flatten=False,
+                                     no_bias=bias is None)
+    args = [cast(F, a, bfloat16) for a in (x, weight) + (() if bias is None else (bias,))]
+    out = F.npx.fully_connected(*args, num_hidden=num_hidden, flatten=False, no_bias=bias is None)
+    return cast(F, out, "float32")
+
+
+@use_np
+class Linear(nn.Dense):
+    """`nn.Dense` (flatten=False) whose product can run in bfloat16 (`set_precision`)."""
+
+    compute_dtype = "float32"
+
+    def hybrid_forward(self, F, x, weight, bias=None):
+        out = fully_connected(F, x, weight, bias, self._units, self.compute_dtype)
+        return out if self.act is None else self.act(out)
+
+
+def set_precision(model, precision):
+    """Run every `Linear` and the output projection of ``model`` in ``precision``. Call before
+    the first forward of a hybridized model (the graph is traced with it)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision}: choose one of {', '.join(PRECISIONS)}")
+    def visit(block):
+        if hasattr(type(block), "compute_dtype"):
+            block.compute_dtype = precision
+    model.apply(visit)
+    return model
