@@ -44,14 +44,11 @@ def importance_scores(model, corpus, split, max_sentences, scorer, ctx, leave_on
     return scores
 
 
-def curves(scorer, importance, random_orders, iterative_importance=None):
-    """BLEU vs heads removed for the importance order, the iterative order (re-scored with
-    ``iterative_importance(gates)`` after each step, when given) and ``random_orders`` random
-    orders. Returns ({order name: [(a, h), ...]}, {order name: [(removed, BLEU), ...]})."""
-    shape = importance.shape
-    orders = {"importance": heads.removal_order(importance)}
-    if iterative_importance is not None:
-        orders["iterative"] = heads.iterative_order(iterative_importance, shape)
+def curves(scorer, shape, orders, random_orders):
+    """BLEU vs heads removed (gates of ``shape`` (A, H)) for each of ``orders`` ({name:
+    [(a, h), ...]}, "importance" among them) and for ``random_orders`` shuffles of the
+    importance order (seeds 1..N). Returns (all orders, {name: [(removed, BLEU), ...]})."""
+    orders = dict(orders)
     for seed in range(1, random_orders + 1):
         shuffled = list(orders["importance"])
         onp.random.RandomState(seed).shuffle(shuffled)
@@ -60,18 +57,42 @@ def curves(scorer, importance, random_orders, iterative_importance=None):
                     for name, order in orders.items()}
 
 
-def most_removable(points, max_bleu_loss):
-    """(order name, heads removed): the non-random order and step that remove the most heads
-    within ``max_bleu_loss`` of the full model's score."""
-    best = None
+def choose_pruning(points, max_bleu_loss, heads_to_remove=None):
+    """(order name, heads removed) among the non-random orders: with ``heads_to_remove``, the
+    order that scores best after removing that many heads (one of the curves' steps); else the
+    order and step that remove the most heads within ``max_bleu_loss`` of the full model."""
+    ranked = []
     for name, curve in points.items():
         if name.startswith("random"):
             continue
-        base = curve[0][1]
-        removed = max(n for n, bleu in curve if base - bleu <= max_bleu_loss)
-        if best is None or removed > best[1]:
-            best = (name, removed)
-    return best
+        if heads_to_remove is None:
+            base = curve[0][1]
+            removed = max(n for n, bleu in curve if base - bleu <= max_bleu_loss)
+            ranked.append((removed, name))
+        else:
+            ranked += [(bleu, name) for n, bleu in curve if n == heads_to_remove]
+    if not ranked:
+        steps = sorted({n for curve in points.values() for n, _ in curve})
+        raise ValueError(f"no pruning curve has a step with {heads_to_remove} heads removed; "
+                         f"pick prune_fraction so that it is one of {steps}")
+    best = max(ranked)
+    return (best[1], best[0]) if heads_to_remove is None else (best[1], heads_to_remove)
+
+
+def finetune(pruned, corpus, data_cfg, train_cfg, decode_cfg, out_dir, ctx, seed):
+    """Train the pruned model further on the training split (``train_cfg`` holds the budget and
+    learning rate) in ``out_dir``; returns (the model the run chose, its choice)."""
+    from .parallel import DataParallel
+    from .run import choose_final
+    from .trainer import Fit
+    start = out_dir / "checkpoints" / "pruned.params"
+    start.parent.mkdir(parents=True, exist_ok=True)
+    ckpt.save_params(pruned, start)
+    fit = Fit(corpus, pruned.cfg, data_cfg, train_cfg, decode_cfg, out_dir,
+              DataParallel([ctx]), seed)
+    fit.model.load_parameters(str(start), ctx=fit.ctxs)
+    fit.run()
+    return fit.model, choose_final(fit)
 
 
 def save_pruned_run(pruned, run_dir, out_dir, meta):
@@ -91,6 +112,22 @@ def timed_translation(model, tokenizer, decode_cfg, ctx, sources, references, tg
     _, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources, references,
                                     tgt_lang)
     return {"seconds": scores["decode_seconds"], "sacrebleu": scores["sacrebleu"]}
+
+
+def compare_speed(models, rounds, *translate_args):
+    """Time each of ``models`` ({label: model}) translating, interleaved: label by label,
+    ``rounds`` times over. Returns {label: {"seconds": [one per round], "best": min,
+    "sacrebleu": ...}}."""
+    timings = {label: {"seconds": []} for label in models}
+    for _ in range(rounds):
+        for label, model in models.items():
+            result = timed_translation(model, *translate_args)
+            timings[label]["seconds"].append(result["seconds"])
+            timings[label]["sacrebleu"] = result["sacrebleu"]
+            log.info("%s: %.2f s, sacreBLEU %s", label, result["seconds"], result["sacrebleu"])
+    for timing in timings.values():
+        timing["best"] = min(timing["seconds"])
+    return timings
 
 
 def write_json(path, obj):

@@ -7,6 +7,8 @@ order: encoder self-attention layers, then (self, cross) for each decoder layer.
 - `gradient_importance`: expected sensitivity |dL/d gate| (Michel, Levy & Neubig 2019).
 - `confidence`: a head's mean maximum attention weight over real queries (Voita et al. 2019).
 - `leave_one_out`: the score change when one head alone is gated off.
+- `loss_importance` with `iterative_order`: leave-one-out on the teacher-forced loss, re-scored at
+  the current gates after every step (a greedy backward elimination in steps of 10%).
 - `pruning_curve`: gate off heads in order, scoring after each step.
 - `prune`: a smaller model without the removed heads' rows of W_q/W_k/W_v and columns of W_o.
 """
@@ -84,6 +86,32 @@ def leave_one_out(score_fn, shape):
             gates[a, h] = 0
             drop[a, h] = base - score_fn(gates)
     return base, drop
+
+
+def gated_loss(model, src_ids, tgt_ids, ctx):
+    """A function (A, H) gates -> the teacher-forced mean nll per target token (dropout off)."""
+    loss_fn = LabelSmoothedCrossEntropy(model.cfg.vocab_size, 0.0)
+    loss_fn.initialize(ctx=ctx)
+    batches = [(to_device(b, ctx), b.num_tgt_tokens) for b in _batches(src_ids, tgt_ids)]
+    tokens = sum(n for _, n in batches)
+
+    def loss(gates):
+        gates = np.array(gates, dtype="float32", ctx=ctx)
+        total = sum(loss_fn(model(src, src_len, tgt_in, gates), tgt_out, tgt_len)[1]
+                    for (src, src_len, tgt_in, tgt_out, tgt_len), _ in batches)
+        return float(total) / tokens
+    return loss
+
+
+def loss_importance(loss, gates):
+    """(A, H): how much ``loss`` rises when each head that is still on is gated off as well
+    (0 for heads already off): leave-one-out on the loss, at the current gates."""
+    base, rise = loss(gates), onp.zeros(gates.shape)
+    for a, h in zip(*onp.nonzero(gates)):
+        trial = gates.copy()
+        trial[a, h] = 0
+        rise[a, h] = loss(trial) - base
+    return rise
 
 
 def removal_order(importance, keep_one_per_layer=True):

@@ -82,7 +82,8 @@ def pruning_plot(curves, total_heads, path):
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for name, points in curves.items():
         xs, ys = zip(*points)
-        style = ({"importance": dict(color="C0", lw=2), "iterative": dict(color="C1", lw=2)}
+        style = ({"importance": dict(color="C0", lw=2), "iterative": dict(color="C1", lw=2),
+                  "iterative_loss": dict(color="C2", lw=2)}
                  .get(name, dict(color="gray", lw=1, ls="--")))
         ax.plot([100 * x / total_heads for x in xs], ys, marker="o", ms=3, label=name, **style)
     ax.set_xlabel("heads gated off (% of all)")

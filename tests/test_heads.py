@@ -8,6 +8,7 @@ from mxnet import np
 
 from mtx import heads
 from mtx.corpus import load_corpus
+from mtx.head_study import choose_pruning
 from mtx.run import load_run
 from mtx.search import greedy_search
 from tests.conftest import run_script
@@ -90,6 +91,33 @@ def test_iterative_order_rescores_at_the_current_gates():
     assert onp.array_equal(seen[0], onp.ones((2, 3))) and seen[1][0, 0] == 0 and len(seen) == 5
 
 
+def test_loss_importance_is_the_rise_of_the_loss_for_heads_still_on(toy):
+    weights = onp.array([[0.5, 0.1, 0.3], [0.2, 0.4, 0.6]])
+    synthetic = lambda gates: float((weights * (1 - gates)).sum())
+    gates = onp.ones((2, 3))
+    gates[1, 2] = 0
+    assert onp.allclose(heads.loss_importance(synthetic, gates), weights * gates)
+    assert heads.iterative_order(lambda g: heads.loss_importance(synthetic, g), (2, 3),
+                                 fraction_step=1 / 6) == [(0, 1), (1, 0), (0, 2), (1, 1)]
+    model, corpus = toy
+    loss = heads.gated_loss(model, *(x[:64] for x in corpus.ids["val"]), mx.cpu())
+    full = onp.ones((model.cfg.num_attention_layers, model.cfg.num_heads))
+    rise = heads.loss_importance(loss, full)
+    assert loss(full) == loss(full) and rise.shape == full.shape and rise.max() > 0
+    one_off = full.copy()
+    one_off[0, 1] = 0
+    assert onp.isclose(rise[0, 1], loss(one_off) - loss(full))
+
+
+def test_choose_pruning_by_budget_or_by_count():
+    points = {"importance": [(0, 40.0), (2, 39.8), (4, 38.0)], "iterative": [(0, 40.0), (2, 39.0),
+              (4, 38.5)], "random1": [(0, 40.0), (2, 39.9), (4, 39.9)]}
+    assert choose_pruning(points, 0.5) == ("importance", 2)
+    assert choose_pruning(points, 0.5, heads_to_remove=4) == ("iterative", 4)
+    with pytest.raises(ValueError, match="one of \\[0, 2, 4\\]"):
+        choose_pruning(points, 0.5, heads_to_remove=3)
+
+
 def test_pruned_model_equals_gated_model(toy):
     model, corpus = toy
     src, src_len, tgt = _inputs(corpus)
@@ -107,16 +135,20 @@ def test_pruned_model_equals_gated_model(toy):
 
 def test_heads_script_runs_end_to_end(toy_run):
     done = run_script("heads", f"ckpt={toy_run}", "max_sentences=60", "leave_one_out=true",
-                      "random_orders=2", "decode.beam_size=2")
+                      "random_orders=2", "decode.beam_size=2", "prune_fraction=0.5",
+                      "finetune.minutes=0.05", "timing_rounds=1")
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     out = toy_run / "heads"
     importance = json.loads((out / "importance.json").read_text())
     assert set(importance) >= {"layers", "gradient", "confidence", "leave_one_out_bleu"}
     curves = json.loads((out / "pruning.json").read_text())["curves"]
-    assert set(curves) == {"importance", "iterative", "random1", "random2"}
+    assert set(curves) == {"importance", "iterative", "iterative_loss", "random1", "random2"}
     assert curves["importance"][0][0] == 0 and curves["iterative"][0] == curves["importance"][0]
     speed = json.loads((out / "speed.json").read_text())
+    assert speed["removed_heads"] == 12 and sum(speed["kept_per_layer"]) == 24 - 12
     assert speed["speedup"] > 0 and speed["pruned"]["sacrebleu"]["score"] >= 0
+    assert "pruned_before_finetune" in speed and speed["finetune"]["minutes"] == 0.05
+    assert (out / "pruned" / "metrics.jsonl").is_file()  # the fine-tuning run's record
     for png in ("importance.png", "pruning.png"):
         assert (out / png).stat().st_size > 1000
     translated = run_script("translate", f"ckpt={out / 'pruned'}", "decode=greedy", stdin=b"w1 w2 w3\n")

@@ -133,3 +133,36 @@ def test_incremental_decoding_equals_full_forward(tiny_cfg, num_heads, pre_norm,
         weights = cross_weights.asnumpy().reshape(2, num_heads, S)
         assert (weights[1, :, SRC_LENS[1]:] == 0).all()  # padding gets no attention
     assert state["t"] == T
+
+
+# -- bfloat16 matrix multiplies -------------------------------------------------------------------
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_bfloat16_matmuls_stay_close_and_train_float32_weights(tiny_cfg, hybridize):
+    from mxnet import autograd
+    from mtx.precision import set_precision
+    net = _model(tiny_cfg)
+    src, src_len, tgt = _batch(tiny_cfg)
+    reference = net(src, src_len, tgt).asnumpy()
+    set_precision(net, "bfloat16")
+    if hybridize:
+        net.hybridize()
+    with autograd.record():
+        logits = net(src, src_len, tgt)
+        loss = (logits * logits).mean()
+    loss.backward()
+    # bfloat16 keeps 8 mantissa bits: outputs within a few per cent of float32, not equal
+    assert logits.dtype == onp.float32 and not onp.array_equal(logits.asnumpy(), reference)
+    assert onp.abs(logits.asnumpy() - reference).max() < 0.05 * onp.abs(reference).max()
+    weight = net.encoder.blocks[0].attention.W_q.weight
+    assert weight.data().dtype == onp.float32 and onp.abs(weight.grad().asnumpy()).sum() > 0
+    set_precision(net, "float32")
+    if hybridize:
+        net.hybridize()  # a new trace with float32 products
+    assert onp.allclose(net(src, src_len, tgt).asnumpy(), reference, atol=1e-5)
+
+
+def test_unknown_precision_is_a_config_error():
+    from mtx.config import TrainConfig
+    with pytest.raises(ConfigError, match="train.precision=float16: choose one of float32, bfloat16"):
+        TrainConfig(precision="float16")
