@@ -1,15 +1,16 @@
 #!/usr/bin/env python
 """Throughput of mtx against its peers, side by side in one run (`make bench`).
 
-    python scripts/bench.py [--seconds 60] [--impls mtx,gluonnlp,d2l] [--run RUN_DIR]
+    python scripts/bench.py [--seconds 60] [--impls mtx,mtx-bf16,gluonnlp,d2l] [--run RUN_DIR]
 
 Common configuration: width 256, 4 heads, FFN 1024, 3+3 layers, dropout 0.1, untied embeddings,
 Multi30k en->de with one joint 8000-subword vocabulary, the same ~4096-token batches for every
-implementation, fp32, OMP_NUM_THREADS threads. Each measurement runs in its own process (clean
-peak memory). Training: target tokens/s after 20 warm-up steps, median of >= 10 s windows, and
-model FLOPs utilisation against the matrix-multiply peak measured here. Decoding: greedy, batch
-64, the same forced number of steps for all, over test_2016_flickr. With --run, the trained
-run's real beam-1 and beam-5 translation of test_2016_flickr is timed too.
+implementation, fp32 (mtx-bf16: mtx with train.precision=bfloat16), OMP_NUM_THREADS threads.
+Each measurement runs in its own process (clean peak memory). Training: target tokens/s after 20
+warm-up steps, median of >= 10 s windows, and model FLOPs utilisation against the matrix-multiply
+peak measured here. Decoding: greedy, batch 64, the same forced number of steps for all, over
+test_2016_flickr. With --run, the trained run's real beam-1 and beam-5 translation of
+test_2016_flickr is timed too.
 """
 import argparse
 import json
@@ -198,7 +199,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60, help="measured training seconds per peer")
     ap.add_argument("--steps", type=int, default=64, help="forced greedy decoding steps")
-    ap.add_argument("--impls", default="mtx,gluonnlp,d2l")
+    ap.add_argument("--impls", default="mtx,mtx-bf16,gluonnlp,d2l")
     ap.add_argument("--run", help="a trained run: also time its beam 1 / beam 5 translation")
     ap.add_argument("--out", default=str(ROOT / "outputs" / "bench.json"))
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -239,17 +240,20 @@ def main():
 def table(report):
     peak = report["gemm_peak_gflop_s"]
     mtx_train, mtx_dec = report["train"].get("mtx", {}), report["decode"].get("mtx", {})
+    bf16_train = report["train"].get("mtx-bf16", {})
     lines = [f"matrix-multiply peak: {peak} GFLOP/s fp32, {report['gemm_peak_bf16_gflop_s']} "
              f"GFLOP/s bfloat16; threads: {report['threads']}", "",
              "| implementation | train tok/s | MFU | peak RSS MB | mtx / it (train) "
-             "| greedy sent/s | mtx / it (decode) |", "|---|---|---|---|---|---|---|"]
+             "| mtx-bf16 / it (train) | greedy sent/s | mtx / it (decode) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name in report["decode"]:
         t, d = report["train"].get(name, {}), report["decode"][name]
         ratio = lambda a, b, k: f"{a[k] / b[k]:.2f}" if k in a and k in b else "-"
         mfu = f"{100 * t['gflop_s'] / peak:.0f}%" if "gflop_s" in t else "-"
         lines.append(f"| {name} | {t.get('tok_s', t.get('skipped', t.get('error', '-')))} | {mfu} "
                      f"| {t.get('peak_rss_mb', d.get('peak_rss_mb', '-'))} "
-                     f"| {ratio(mtx_train, t, 'tok_s')} | {d.get('sent_s', d.get('skipped', d.get('error')))} "
+                     f"| {ratio(mtx_train, t, 'tok_s')} | {ratio(bf16_train, t, 'tok_s')} "
+                     f"| {d.get('sent_s', d.get('skipped', d.get('error')))} "
                      f"| {ratio(mtx_dec, d, 'sent_s')} |")
     for beam, r in report.get("translate", {}).items():
         lines.append(f"\n{beam}: {r.get('sent_s')} sentences/s, {r.get('tok_s')} tokens/s, "
