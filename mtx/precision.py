@@ -1,4 +1,4 @@
-"""bfloat16 matrix multiplies on CPUs with AVX512-BF16 (or GPUs), weights kept in float32.
+"""bfloat16 matrix multiplies (fast on CPUs with AVX512-BF16), weights kept in float32.
 
 MXNet 1.9.1's pip wheel runs ``FullyConnected`` in bfloat16 through oneDNN at twice the float32
 peak here (docs/performance.md), but it knows bfloat16 only as the structured dtype
@@ -45,6 +45,7 @@ def set_precision(model, precision):
     the first forward of a hybridized model (the graph is traced with it)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision}: choose one of {', '.join(PRECISIONS)}")
+
     def visit(block):
         if hasattr(type(block), "compute_dtype"):
             block.compute_dtype = precision
