@@ -66,14 +66,10 @@ class MtxImpl:
     def greedy(self, src, src_len, steps, bos, recompute=False):
         from mxnet import nd, np
         from mtx.masks import causal_valid_len
+        if not recompute:
+            return cached_greedy(self.model, src, src_len, steps, bos)
         src, src_len = np.array(src), np.array(src_len)
-        y, outs = np.full((src.shape[0],), bos, dtype="int32"), []
-        if not recompute:  # the cache: one position per step
-            state = self.model.init_state(src, src_len)
-            for _ in range(steps):
-                y = self.model.step(y, state)[0].argmax(axis=-1).astype("int32")
-                outs.append(y)
-            return np.stack(outs, axis=1).asnumpy()
+        y = np.full((src.shape[0],), bos, dtype="int32")
         memory, prefix = self.model.encode(src, src_len), [y]
         for _ in range(steps):  # the whole prefix through the decoder at every step
             Y = self.model.tgt_embed(np.stack(prefix, axis=1))
@@ -81,6 +77,61 @@ class MtxImpl:
             y = self.model.output(hidden[:, -1:])[:, 0].argmax(axis=-1).astype("int32")
             prefix.append(y)
         return np.stack(prefix[1:], axis=1).asnumpy()
+
+
+def cached_greedy(model, src, src_len, steps, bos):
+    """Greedy decoding with mtx's key/value cache for exactly ``steps`` positions (no early
+    stop, so every model does the same work): (B, steps) token ids."""
+    from mxnet import np
+    src, src_len = np.array(src), np.array(src_len)
+    y, outs = np.full((src.shape[0],), bos, dtype="int32"), []
+    state = model.init_state(src, src_len)
+    for _ in range(steps):
+        y = model.step(y, state)[0].argmax(axis=-1).astype("int32")
+        outs.append(y)
+    return np.stack(outs, axis=1).asnumpy()
+
+
+def test_batches(ids, batch_size=64):
+    """test_2016_flickr source ids -> [(src (B, S) int32 with EOS, lengths (B,))]."""
+    from mtx.vocab import EOS
+    batches = []
+    for start in range(0, len(ids), batch_size):
+        rows = [s + [EOS] for s in ids[start:start + batch_size]]
+        src = onp.zeros((len(rows), max(map(len, rows))), "int32")
+        for r, s in enumerate(rows):
+            src[r, :len(s)] = s
+        batches.append((src, onp.array([len(s) for s in rows], "int32")))
+    return batches
+
+
+def compare_runs(run_dirs, steps, rounds):
+    """Trained runs (e.g. a model and its pruned copy) decoding test_2016_flickr greedily for
+    exactly ``steps`` positions, in turn, ``rounds`` times, in this one process: the speed of
+    the architectures, independent of how long each model's translations are."""
+    import mxnet as mx
+    from mtx.run import load_run
+    from mtx.vocab import BOS
+    batches = test_batches(corpus().ids["test_2016_flickr"][0])
+    models = {}
+    for run_dir in run_dirs:
+        models[run_dir] = load_run(run_dir, mx.cpu())[0]
+        models[run_dir].hybridize(static_alloc=True)
+        cached_greedy(models[run_dir], *batches[0], 4, BOS)  # warm-up
+    seconds = {run_dir: [] for run_dir in run_dirs}
+    for _ in range(rounds):
+        for run_dir, model in models.items():
+            tic = time.perf_counter()
+            for src, src_len in batches:
+                cached_greedy(model, src, src_len, steps, BOS)
+            seconds[run_dir].append(round(time.perf_counter() - tic, 2))
+            print(run_dir, seconds[run_dir][-1], file=sys.stderr, flush=True)
+    base = min(seconds[run_dirs[0]])
+    return {run_dir: {"seconds": s, "best": min(s), "speedup_vs_first": round(base / min(s), 3),
+                      "heads": sum(models[run_dir].cfg.heads_per_layer or
+                                   [models[run_dir].cfg.num_heads] *
+                                   models[run_dir].cfg.num_attention_layers)}
+            for run_dir, s in seconds.items()}
 
 
 def make_impl(name, corpus_):
@@ -120,18 +171,12 @@ def worker_train(name, seconds):
 
 
 def worker_decode(name, steps, batch_size=64):
-    from mtx.vocab import BOS, EOS
+    from mtx.vocab import BOS
     c = corpus()
     ids = c.ids["test_2016_flickr"][0]
     impl = make_impl(name.replace("-recompute", ""), c)
     kwargs = {"recompute": True} if name.endswith("-recompute") else {}
-    batches = []
-    for start in range(0, len(ids), batch_size):
-        rows = [s + [EOS] for s in ids[start:start + batch_size]]
-        src = onp.zeros((len(rows), max(map(len, rows))), "int32")
-        for r, s in enumerate(rows):
-            src[r, :len(s)] = s
-        batches.append((src, onp.array([len(s) for s in rows], "int32")))
+    batches = test_batches(ids, batch_size)
     impl.greedy(*batches[0], 4, BOS, **kwargs)  # warm-up
     tic = time.perf_counter()
     for src, src_len in batches:
@@ -202,8 +247,17 @@ def main():
     ap.add_argument("--impls", default="mtx,mtx-bf16,gluonnlp,d2l")
     ap.add_argument("--run", help="a trained run: also time its beam 1 / beam 5 translation")
     ap.add_argument("--out", default=str(ROOT / "outputs" / "bench.json"))
+    ap.add_argument("--compare-runs", help="comma-separated run directories (e.g. a run and its "
+                    "heads/pruned): only time their forced-step greedy decoding side by side")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --compare-runs")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.compare_runs:
+        from mxnet import npx
+        npx.set_np()
+        result = compare_runs(args.compare_runs.split(","), args.steps, args.rounds)
+        print(json.dumps(result, indent=1))
+        return
     if args.worker:
         kind, *rest = args.worker
         if rest[0] != "gluonnlp":  # gluonnlp 0.10 runs on the legacy ndarray API
