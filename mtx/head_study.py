@@ -9,7 +9,7 @@ from mxnet import np
 from . import checkpoint as ckpt
 from . import heads
 from .bleu import sacre_bleu
-from .config import DecodeConfig
+from .config import ConfigError, DecodeConfig
 from .evaluation import translate_and_score
 from .search import Translator
 
@@ -73,7 +73,7 @@ def choose_pruning(points, max_bleu_loss, heads_to_remove=None):
             ranked += [(bleu, name) for n, bleu in curve if n == heads_to_remove]
     if not ranked:
         steps = sorted({n for curve in points.values() for n, _ in curve})
-        raise ValueError(f"no pruning curve has a step with {heads_to_remove} heads removed; "
+        raise ConfigError(f"no pruning curve has a step with {heads_to_remove} heads removed; "
                          f"pick prune_fraction so that it is one of {steps}")
     best = max(ranked)
     return (best[1], best[0]) if heads_to_remove is None else (best[1], heads_to_remove)

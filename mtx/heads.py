@@ -150,12 +150,15 @@ def iterative_order(importance_fn, shape, fraction_step=0.1):
         order += taken
 
 
+def curve_steps(total, fraction_step=0.1):
+    """Heads removed at the steps of a pruning curve: round(k * fraction_step * total)."""
+    return sorted({int(round(k * fraction_step * total)) for k in range(int(1 / fraction_step) + 1)})
+
+
 def pruning_curve(score_fn, shape, order, fraction_step=0.1):
     """Gate off heads in ``order``: after round(k * fraction_step * all heads) of them for
     k = 0, 1, ... (as far as ``order`` goes), score. Returns [(heads removed, score)]."""
-    total = shape[0] * shape[1]
-    counts = sorted({int(round(k * fraction_step * total))
-                     for k in range(int(1 / fraction_step) + 1)} & set(range(len(order) + 1)))
+    counts = [n for n in curve_steps(shape[0] * shape[1], fraction_step) if n <= len(order)]
     points = []
     for removed in counts:
         gates = onp.ones(shape)

@@ -56,8 +56,8 @@ class MtxImpl:
                                 num_decoder_layers=cfg["layers"], dropout=cfg["dropout"],
                                 attention_dropout=cfg["dropout"], tie_embeddings=False,
                                 vocab_size=cfg["vocab"])
-        self.fit = Fit(corpus_, model_cfg, DataConfig(), TrainConfig(precision=precision), DecodeConfig(),
-                       "/tmp/mtx-bench-run", DataParallel([mx.cpu()]), seed=1)
+        self.fit = Fit(corpus_, model_cfg, DataConfig(), TrainConfig(precision=precision),
+                       DecodeConfig(), "/tmp/mtx-bench-run", DataParallel([mx.cpu()]), seed=1)
         self.model = self.fit.model
 
     def train_step(self, b):
@@ -128,9 +128,8 @@ def compare_runs(run_dirs, steps, rounds):
             print(run_dir, seconds[run_dir][-1], file=sys.stderr, flush=True)
     base = min(seconds[run_dirs[0]])
     return {run_dir: {"seconds": s, "best": min(s), "speedup_vs_first": round(base / min(s), 3),
-                      "heads": sum(models[run_dir].cfg.heads_per_layer or
-                                   [models[run_dir].cfg.num_heads] *
-                                   models[run_dir].cfg.num_attention_layers)}
+                      "heads": sum(map(models[run_dir].cfg.heads_of,
+                                       range(models[run_dir].cfg.num_attention_layers)))}
             for run_dir, s in seconds.items()}
 
 

@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from mtx import heads
 from mtx.cli import one_line_errors, typed
+from mtx.config import ConfigError
 from mtx.corpus import load_corpus
 from mtx.head_study import (GatedScorer, choose_pruning, compare_speed, curves, finetune,
                             importance_scores, save_pruned_run, write_json)
@@ -63,6 +64,13 @@ def main(cfg):
             typed(run_cfg, "train"), lr=cfg.finetune.lr, warmup_steps=cfg.finetune.warmup_steps,
             max_minutes=cfg.finetune.minutes, resume=False, devices=None, kvstore="device"
         ) if cfg.finetune.minutes else None
+        all_heads = model.cfg.num_attention_layers * model.cfg.num_heads
+        to_remove = (None if cfg.prune_fraction is None
+                     else int(round(cfg.prune_fraction * all_heads)))
+        if to_remove is not None and to_remove not in heads.curve_steps(all_heads):
+            raise ConfigError(f"prune_fraction={cfg.prune_fraction} removes {to_remove} heads, "
+                              f"not a step of the pruning curves; pick one that removes one of "
+                              f"{heads.curve_steps(all_heads)} of the {all_heads} heads")
     model.hybridize(static_alloc=True)
     out = run_dir / "heads"
     out.mkdir(exist_ok=True)
@@ -81,8 +89,6 @@ def main(cfg):
     pruning_plot(points, shape[0] * shape[1], out / "pruning.png")
 
     with one_line_errors():
-        to_remove = (None if cfg.prune_fraction is None
-                     else int(round(cfg.prune_fraction * shape[0] * shape[1])))
         order_name, removed = choose_pruning(points, cfg.max_bleu_loss, to_remove)
     gates = onp.ones(shape)
     for a, h in orders[order_name][:removed]:
@@ -92,7 +98,6 @@ def main(cfg):
     shutil.rmtree(out / "pruned", ignore_errors=True)  # no checkpoints of an earlier study
     models = {"full": load_run(run_dir, ctx, cfg.checkpoint)[0]}  # `model` is traced with gates
     if finetune_cfg is not None:
-        pruned.hybridize(static_alloc=True)
         models["pruned_before_finetune"] = pruned
         pruned, choice = finetune(pruned, corpus, data_cfg, finetune_cfg, decode_cfg,
                                   out / "pruned", ctx, run_cfg.seed)

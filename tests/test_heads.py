@@ -153,3 +153,10 @@ def test_heads_script_runs_end_to_end(toy_run):
         assert (out / png).stat().st_size > 1000
     translated = run_script("translate", f"ckpt={out / 'pruned'}", "decode=greedy", stdin=b"w1 w2 w3\n")
     assert translated.returncode == 0 and len(translated.stdout.decode().splitlines()) == 1
+
+
+def test_bad_prune_fraction_is_a_one_line_error(toy_run):
+    done = run_script("heads", f"ckpt={toy_run}", "prune_fraction=0.33")
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("error: prune_fraction=0.33 removes 8 heads")
