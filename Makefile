@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q "numpy==1.23.5" "mxnet==1.9.1"
 	$(PY) -m pip install -q "gluonnlp==0.10.0"
 	$(PY) -m pip install -q -e ".[test]"
+	# mtx's native CPU kernels (mtx/kernels): built with g++ now; without one, MXNet's ops are used.
+	$(PY) -c "import mtx.kernels as k; print('native kernels:', 'built' if k.load() else 'not built')"
 	touch $(STAMP)
 
 test: install  ## run the test suite (not the slow trainings)

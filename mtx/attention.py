@@ -16,6 +16,7 @@ from mxnet.gluon import nn
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
 
+from . import ops
 from .precision import Linear
 
 __all__ = ["masked_softmax", "transpose_qkv", "transpose_output",
@@ -42,14 +43,14 @@ def masked_softmax(scores, valid_lens, F=nd):
 def transpose_qkv(X, num_heads, F=nd):
     """(B, L, D) -> (B*H, L, Dh): split the width into heads so all heads run as one batch."""
     X = F.npx.reshape(X, (-2, -2, num_heads, -1))  # (B, L, D) -> (B, L, H, Dh)
-    X = F.np.transpose(X, (0, 2, 1, 3))  # -> (B, H, L, Dh)
+    X = ops.transpose(F, X, (0, 2, 1, 3))  # -> (B, H, L, Dh)
     return F.npx.reshape(X, (-5, -2, -2))  # -> (B*H, L, Dh)
 
 
 def transpose_output(X, num_heads, F=nd):
     """(B*H, L, Dh) -> (B, L, D): the inverse of `transpose_qkv`."""
     X = F.npx.reshape(X, (-6, -1, num_heads, -2, -2))  # (B*H, L, Dh) -> (B, H, L, Dh)
-    X = F.np.transpose(X, (0, 2, 1, 3))  # -> (B, L, H, Dh)
+    X = ops.transpose(F, X, (0, 2, 1, 3))  # -> (B, L, H, Dh)
     return F.npx.reshape(X, (-2, -2, -5))  # -> (B, L, D)
 
 
@@ -66,7 +67,8 @@ class DotProductAttention(HybridBlock):
             self.dropout = nn.Dropout(dropout)
 
     def hybrid_forward(self, F, queries, keys, values, valid_lens=None):
-        scores = F.npx.batch_dot(queries * self._scale, keys, transpose_b=True)  # (N, Tq, Tk)
+        scores = F.npx.batch_dot(queries, keys, transpose_b=True)  # (N, Tq, Tk)
+        scores = ops.scale(F, scores, self._scale)  # the book's / sqrt(d), on the smaller tensor
         attn_weights = masked_softmax(scores, valid_lens, F)
         context = F.npx.batch_dot(self.dropout(attn_weights), values)  # (N, Tq, dv)
         return context, attn_weights

@@ -11,7 +11,7 @@ from mxnet.util import use_np
 
 from .attention import MultiHeadAttention
 from .config import ModelConfig
-from .layers import PositionWiseFFN, Residual
+from .layers import LayerNorm, PositionWiseFFN, Residual
 
 
 @use_np
@@ -85,7 +85,7 @@ class Decoder(HybridBlock):
             for i in range(cfg.num_decoder_layers):
                 self.blocks.add(DecoderBlock(cfg, cfg.heads_of(first + 2 * i),
                                              cfg.heads_of(first + 2 * i + 1)))
-            self.final_norm = nn.LayerNorm(in_channels=cfg.num_hiddens) if cfg.pre_norm else None
+            self.final_norm = LayerNorm(in_channels=cfg.num_hiddens) if cfg.pre_norm else None
 
     def hybrid_forward(self, F, Y, memory, src_valid_len, self_valid_len, head_gates=None):
         for i, block in enumerate(self.blocks):

@@ -5,7 +5,7 @@ from mxnet.util import use_np
 
 from .attention import MultiHeadAttention
 from .config import ModelConfig
-from .layers import PositionWiseFFN, Residual
+from .layers import LayerNorm, PositionWiseFFN, Residual
 
 
 @use_np
@@ -44,7 +44,7 @@ class Encoder(HybridBlock):
             self.blocks = nn.HybridSequential()
             for i in range(cfg.num_encoder_layers):
                 self.blocks.add(EncoderBlock(cfg, cfg.heads_of(i)))
-            self.final_norm = nn.LayerNorm(in_channels=cfg.num_hiddens) if cfg.pre_norm else None
+            self.final_norm = LayerNorm(in_channels=cfg.num_hiddens) if cfg.pre_norm else None
 
     def hybrid_forward(self, F, X, src_valid_len, head_gates=None):
         for i, block in enumerate(self.blocks):

@@ -1,10 +1,11 @@
 """Adam with gradient clipping and the non-finite guard on the device, in fused kernels.
 
 Per step and device: one `multi_sum_sq` gives the global gradient norm; the clip factor and the
-1/tokens normalisation become one scale array (0 when the norm is not finite); MXNet's fused
-`multi_adamw_update` applies it to up to `aggregate_num` parameters per kernel and skips the whole
-update when the scale is 0 or not finite. No gradient is rewritten and nothing is read back to the
-host, so the Python thread keeps queueing the next step.
+1/tokens normalisation become one scale array (0 when the norm is not finite); MXNet's
+`adamw_update` applies it per parameter and skips the update when the scale is 0 or not finite.
+No gradient is rewritten and nothing is read back to the host, so the Python thread keeps queueing
+the next step. (The fused `multi_adamw_update` does the same in fewer calls but runs 3x slower
+here: 108 against 35 ms for the default model's 94 parameters, 2 threads.)
 """
 import math
 
@@ -33,7 +34,6 @@ class GuardedAdam(mx_optimizer.Optimizer):
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
-        self.aggregate_num = 32  # parameters per fused update kernel
         self.scales = {}
 
     def __getstate__(self):
@@ -54,11 +54,9 @@ class GuardedAdam(mx_optimizer.Optimizer):
             t, lr = self._index_update_count[i], self._get_lr(i)
             lrs.append(lr * math.sqrt(1 - self.beta2 ** t) / (1 - self.beta1 ** t))
             wds.append(self._get_wd(i) * lr)
-        means, variances = zip(*state)
-        mx.nd.contrib.multi_adamw_update(list(weight), list(grad), list(means), list(variances),
-                                         self.scales[weight[0].context], lrs=lrs, wds=wds,
-                                         etas=[1.0] * len(weight), beta1=self.beta1,
-                                         beta2=self.beta2, epsilon=self.epsilon,
-                                         out=list(weight))
+        for w, g, (mean, variance), lr, wd in zip(weight, grad, state, lrs, wds):
+            mx.nd.contrib.adamw_update(w, g, mean, variance, self.scales[w.context], lr=lr,
+                                       eta=1.0, wd=wd, beta1=self.beta1, beta2=self.beta2,
+                                       epsilon=self.epsilon, out=w)
 
     update_multi_precision = update

@@ -12,11 +12,12 @@ from mxnet.gluon import nn
 from mxnet.util import use_np
 
 from .config import PRECISIONS
+from .ops import legacy
 
 
 def cast(F, x, dtype):
     """amp_cast of a NumPy-interface array or symbol (the op exists only in the legacy API)."""
-    return F.amp_cast(x.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
+    return legacy(F, "amp_cast", x, dtype=dtype)
 
 
 def fully_connected(F, x, weight, bias, num_hidden, compute_dtype):

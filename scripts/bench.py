@@ -169,6 +169,35 @@ def worker_train(name, seconds):
             "gflop_s": round(rate(steps[20:], 2) / 1e9, 1), "steps": len(steps)}
 
 
+def worker_profile(name, steps):
+    """MXNet's profiler over ``steps`` training steps (after 20 warm-up steps) of one impl:
+    {operator: ms per step}, forward and backward operators apart, largest first."""
+    import mxnet as mx
+    from mtx.data import bucket_batches
+    c = corpus()
+    batches = bucket_batches(*c.train_pairs(128), 4096, shuffle=True, seed=1)
+    impl = make_impl(name, c)
+    for b in batches[:20]:
+        float(impl.train_step(b).asnumpy())
+    mx.profiler.set_config(profile_all=True, aggregate_stats=True,
+                           filename=f"/tmp/mtx-profile-{name}.json")
+    mx.profiler.set_state("run")
+    tic = time.perf_counter()
+    for b in batches[20:20 + steps]:
+        float(impl.train_step(b).asnumpy())
+    seconds = time.perf_counter() - tic
+    mx.profiler.set_state("stop")
+    stats = json.loads(mx.profiler.dumps(format="json"))["Time"]
+    ops = {}
+    for domain, entries in stats.items():
+        for op, s in entries.items():
+            if domain.startswith("operator") or domain.startswith("MXNET_C_API") is False:
+                ops[op] = ops.get(op, 0.0) + s["Total"] / steps
+    ops = dict(sorted(ops.items(), key=lambda kv: -kv[1]))
+    return {"ms_per_step": round(1000 * seconds / steps, 1),
+            "operators_ms": {k: round(v, 1) for k, v in ops.items() if v >= 1.0}}
+
+
 def worker_decode(name, steps, batch_size=64):
     from mtx.vocab import BOS
     c = corpus()
@@ -264,6 +293,7 @@ def main():
             npx.set_np()
         result = {"train": lambda: worker_train(rest[0], float(rest[1])),
                   "decode": lambda: worker_decode(rest[0], int(rest[1])),
+                  "profile": lambda: worker_profile(rest[0], int(rest[1])),
                   "translate": lambda: worker_translate(rest[0], int(rest[1]))}[kind]()
         result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         print(json.dumps(result))
