@@ -91,7 +91,8 @@ class DataConfig:
 
 
 KVSTORES = ("device", "local", "dist_sync", "dist_device_sync")
-PRECISIONS = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16", "float16")
+LOSS_SCALES = ("auto", "dynamic", "off")
 
 
 @dataclass(frozen=True)
@@ -118,14 +119,25 @@ class TrainConfig:
     # dist_device_sync (a cluster started by mxnet.tools.launch; see README).
     devices: Optional[List[str]] = None
     kvstore: str = "device"
-    # Matrix multiplies in float32 or bfloat16 (weights, optimizer, LayerNorm, softmax and loss
-    # stay float32); bfloat16 pays off on CPUs with AVX512-BF16 (docs/performance.md).
+    # Matrix multiplies in float32, bfloat16 or float16 (weights, optimizer, LayerNorm, softmax
+    # and loss stay float32); bfloat16 pays off on CPUs with AVX512-BF16 (docs/performance.md),
+    # float16 is for GPUs (MXNet's float16 FullyConnected is cuDNN-only).
     precision: str = "float32"
+    # Dynamic loss scaling (on the device): auto = on for float16 only | dynamic | off.
+    loss_scale: str = "auto"
+
+    @property
+    def dynamic_loss_scale(self):
+        return self.loss_scale == "dynamic" or (self.loss_scale == "auto"
+                                                and self.precision == "float16")
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
             raise ConfigError(f"train.precision={self.precision}: choose one of "
                               f"{', '.join(PRECISIONS)}")
+        if self.loss_scale not in LOSS_SCALES:
+            raise ConfigError(f"train.loss_scale={self.loss_scale}: choose one of "
+                              f"{', '.join(LOSS_SCALES)}")
         if self.kvstore not in KVSTORES:
             raise ConfigError(f"train.kvstore={self.kvstore}: choose one of {', '.join(KVSTORES)}")
         if self.devices is not None and not self.devices:

@@ -1,11 +1,16 @@
-"""bfloat16 matrix multiplies (fast on CPUs with AVX512-BF16), weights kept in float32.
+"""bfloat16 or float16 matrix multiplies, weights kept in float32.
 
-MXNet 1.9.1's pip wheel runs ``FullyConnected`` in bfloat16 through oneDNN at twice the float32
-peak here (docs/performance.md), but it knows bfloat16 only as the structured dtype
-``mxnet.contrib.amp.amp.bfloat16``: the string 'bfloat16' fails, and so does
-``amp.convert_hybrid_block``. `Linear` casts its input, weight and bias to that dtype around the
-product and its output back to float32, so parameters, optimizer state, LayerNorm, softmax and
-the loss stay float32 (the casts' gradients flow back to the float32 weights).
+`Linear` and the output projection cast input, weight and bias to the compute dtype around the
+product and the product back to float32, so parameters, optimizer state, LayerNorm, softmax and the
+loss stay float32 (the casts' gradients flow back to the float32 weights).
+
+bfloat16 is for CPUs with AVX512-BF16: MXNet 1.9.1's pip wheel runs ``FullyConnected`` in bfloat16
+through oneDNN at twice the float32 peak here (docs/performance.md), but it knows bfloat16 only as
+the structured dtype ``mxnet.contrib.amp.amp.bfloat16``: the string 'bfloat16' fails, and so does
+``amp.convert_hybrid_block``.
+
+float16 is for GPUs: MXNet 1.9's float16 ``FullyConnected`` is cuDNN-only. Train it with dynamic
+loss scaling (`mtx.optimizer.DynamicLossScale`, on by default with float16).
 """
 from mxnet.contrib.amp.amp import bfloat16
 from mxnet.gluon import nn
@@ -25,7 +30,8 @@ def fully_connected(F, x, weight, bias, num_hidden, compute_dtype):
     if compute_dtype == "float32":
         return F.npx.fully_connected(x, weight, bias, num_hidden=num_hidden, flatten=False,
                                      no_bias=bias is None)
-    args = [cast(F, a, bfloat16) for a in (x, weight) + (() if bias is None else (bias,))]
+    dtype = bfloat16 if compute_dtype == "bfloat16" else compute_dtype
+    args = [cast(F, a, dtype) for a in (x, weight) + (() if bias is None else (bias,))]
     out = F.npx.fully_connected(*args, num_hidden=num_hidden, flatten=False, no_bias=bias is None)
     return cast(F, out, "float32")
 

@@ -16,10 +16,11 @@ from tqdm import tqdm
 
 from . import checkpoint as ckpt
 from .bleu import sacre_bleu
+from .config import ConfigError
 from .data import bucket_batches
 from .loss import LabelSmoothedCrossEntropy
 from .model import Transformer
-from .optimizer import gradient_scale
+from .optimizer import DynamicLossScale, gradient_scale
 from .parallel import split_rows
 from .precision import set_precision
 from .schedule import inverse_sqrt_warmup
@@ -101,6 +102,12 @@ class Fit:
         self.ctx = self.ctxs[0]  # evaluation, translation and checkpoint loading
         if parallel.is_chief:
             (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        if train_cfg.precision == "float16" and any(c.device_type == "cpu" for c in self.ctxs):
+            raise ConfigError("train.precision=float16 needs a GPU (MXNet 1.9's float16 "
+                              "FullyConnected is cuDNN-only): on a CPU use train.precision="
+                              "bfloat16 (AVX512-BF16) or float32")
+        self.loss_scales = ({ctx: DynamicLossScale(ctx) for ctx in self.ctxs}
+                            if train_cfg.dynamic_loss_scale else None)
         self.model = Transformer(model_cfg)
         self.model.initialize(mx.init.Xavier(), ctx=self.ctxs)
         set_precision(self.model, train_cfg.precision)
@@ -143,6 +150,8 @@ class Fit:
                     part, weight = split_rows(batch, len(batch.ids))[0], 0.0  # device in step
                 src, src_len, tgt_in, tgt_out, tgt_len = to_device(part, ctx)
                 loss, nll = self.loss_fn(self.model(src, src_len, tgt_in), tgt_out, tgt_len)
+                if self.loss_scales:
+                    loss = loss * self.loss_scales[ctx].value.as_np_ndarray()
                 losses.append(loss * weight)
                 nlls.append(nll.as_in_ctx(self.ctx) * weight)
                 if weight:
@@ -153,9 +162,14 @@ class Fit:
                                                            self.cfg.warmup_steps))
         self.trainer.allreduce_grads()  # every device now holds the job's gradient sum
         for ctx in self.ctxs:  # clip, 1 / the job's tokens, and 0 (skip) if not finite
+            tokens = batch.num_tgt_tokens
+            if self.loss_scales:  # the gradients are of the scaled loss
+                tokens = self.loss_scales[ctx].value * tokens
             scale, finite = gradient_scale([p.grad(ctx) for p in self.params],
-                                           self.cfg.clip_norm, batch.num_tgt_tokens)
+                                           self.cfg.clip_norm, tokens)
             self.trainer.optimizer.scales[ctx] = scale
+            if self.loss_scales:
+                self.loss_scales[ctx].update(finite)
         self.trainer.update(1)  # the scale above already divides by the tokens
         return (sum(nlls), finite.as_np_ndarray().reshape(()),
                 sum(part.num_tgt_tokens for part in parts))

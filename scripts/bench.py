@@ -170,8 +170,8 @@ def worker_train(name, seconds):
 
 
 def worker_profile(name, steps):
-    """MXNet's profiler over ``steps`` training steps (after 20 warm-up steps) of one impl:
-    {operator: ms per step}, forward and backward operators apart, largest first."""
+    """MXNet's profiler (aggregate stats) over ``steps`` training steps of one impl after 20
+    warm-up steps: wall ms per step and {operator: ms per step}, largest first."""
     import mxnet as mx
     from mtx.data import bucket_batches
     c = corpus()
@@ -180,22 +180,31 @@ def worker_profile(name, steps):
     for b in batches[:20]:
         float(impl.train_step(b).asnumpy())
     mx.profiler.set_config(profile_all=True, aggregate_stats=True,
-                           filename=f"/tmp/mtx-profile-{name}.json")
+                           filename=f"/tmp/mtx-profile-{os.getpid()}.json")
     mx.profiler.set_state("run")
     tic = time.perf_counter()
     for b in batches[20:20 + steps]:
         float(impl.train_step(b).asnumpy())
     seconds = time.perf_counter() - tic
     mx.profiler.set_state("stop")
-    stats = json.loads(mx.profiler.dumps(format="json"))["Time"]
-    ops = {}
-    for domain, entries in stats.items():
-        for op, s in entries.items():
-            if domain.startswith("operator") or domain.startswith("MXNET_C_API") is False:
-                ops[op] = ops.get(op, 0.0) + s["Total"] / steps
-    ops = dict(sorted(ops.items(), key=lambda kv: -kv[1]))
+    operators = json.loads(mx.profiler.dumps(format="json"))["Time"]["operator"]
+    ms = sorted(((op, s["Total"] / steps) for op, s in operators.items()), key=lambda kv: -kv[1])
     return {"ms_per_step": round(1000 * seconds / steps, 1),
-            "operators_ms": {k: round(v, 1) for k, v in ops.items() if v >= 1.0}}
+            "operators_ms": {op: round(v, 1) for op, v in ms if v >= 1.0}}
+
+
+def profile_table(profiles):
+    """Side-by-side markdown table of `worker_profile` results: operator rows, impl columns."""
+    names = list(profiles)
+    ops = list(dict.fromkeys(op for p in profiles.values() for op in p.get("operators_ms", {})))
+    lines = ["| ms per step | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|",
+             "| **whole step (wall, under the profiler)** | "
+             + " | ".join(str(p.get("ms_per_step", p.get("error"))) for p in profiles.values())
+             + " |"]
+    for op in ops:
+        lines.append(f"| {op} | " + " | ".join(str(p.get("operators_ms", {}).get(op, "-"))
+                                             for p in profiles.values()) + " |")
+    return "\n".join(lines)
 
 
 def worker_decode(name, steps, batch_size=64):
@@ -278,6 +287,9 @@ def main():
     ap.add_argument("--compare-runs", help="comma-separated run directories (e.g. a run and its "
                     "heads/pruned): only time their forced-step greedy decoding side by side")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of --compare-runs")
+    ap.add_argument("--profile", metavar="IMPLS", help="comma-separated impls: only profile "
+                    "their training steps (MXNet profiler) and print operators side by side")
+    ap.add_argument("--profile-steps", type=int, default=20, help="profiled steps per impl")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.compare_runs:
@@ -285,6 +297,11 @@ def main():
         npx.set_np()
         result = compare_runs(args.compare_runs.split(","), args.steps, args.rounds)
         print(json.dumps(result, indent=1))
+        return
+    if args.profile:
+        profiles = {name: run_worker("profile", name, args.profile_steps)
+                    for name in args.profile.split(",") if available(name)}
+        print(profile_table(profiles))
         return
     if args.worker:
         kind, *rest = args.worker

@@ -9,7 +9,7 @@ import pytest
 from mxnet import np, npx
 
 from mtx import checkpoint as ckpt
-from mtx.config import DataConfig, DecodeConfig, TrainConfig
+from mtx.config import ConfigError, DataConfig, DecodeConfig, TrainConfig
 from mtx.corpus import load_corpus
 from mtx.loss import LabelSmoothedCrossEntropy
 from mtx.model import Transformer
@@ -72,13 +72,14 @@ def test_checkpoint_round_trip_and_bad_checkpoints(tiny_cfg, tmp_path):
         ckpt.load_model(tmp_path / "nothing", mx.cpu(), "best")
 
 
-def _short_fit(tmp_path, seed):
+def _short_fit(tmp_path, seed, **train_overrides):
     data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_len=64)
     corpus = load_corpus(data_cfg, tmp_path / "cache", seed)
     from mtx.config import ModelConfig
     model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
                             num_decoder_layers=1, dropout=0.1, vocab_size=len(corpus.tokenizer))
-    train_cfg = TrainConfig(batch_tokens=256, max_epochs=1, eval_bleu=False, warmup_steps=5)
+    train_cfg = TrainConfig(batch_tokens=256, max_epochs=1, eval_bleu=False, warmup_steps=5,
+                            **train_overrides)
     from mtx.trainer import seed_everything
     seed_everything(seed)
     fit = Fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(), tmp_path / f"run{seed}",
@@ -97,6 +98,44 @@ def test_same_seed_gives_the_same_run(tmp_path):
     assert set(record) == {"step", "epoch", "train/loss", "valid/loss", "valid/bleu",
                            "train/tok_s", "wall_minutes"}
     assert math.isfinite(record["train/loss"]) and record["step"] == fit.step > 0
+
+
+def test_dynamic_loss_scaling_gives_the_unscaled_run(tmp_path):
+    """The loss is multiplied by 1024 before backward and the gradients divided by it again: the
+    same parameters as without scaling (float32, so nothing over- or underflows)."""
+    plain, _ = _short_fit(tmp_path / "a", seed=5, loss_scale="off")
+    scaled, fit = _short_fit(tmp_path / "b", seed=5, loss_scale="dynamic")
+    assert fit.loss_scales[mx.cpu()].value.asscalar() == 2.0 ** 10  # no overflow, no growth yet
+    for name in plain:
+        onp.testing.assert_allclose(scaled[name], plain[name], rtol=1e-4, atol=1e-5,
+                                    err_msg=name)
+
+
+def test_an_overflowing_loss_scale_skips_the_step_and_halves(tmp_path):
+    from mtx.data import bucket_batches
+    _, fit = _short_fit(tmp_path, seed=5, loss_scale="dynamic")
+    before = {k: p.data().asnumpy() for k, p in fit.model.collect_params().items()}
+    fit.loss_scales[mx.cpu()].value[:] = 3e38  # loss x scale overflows float32
+    _, finite, _ = fit.train_step(bucket_batches(fit.train_src, fit.train_tgt, 256, shuffle=False, seed=0)[0])
+    assert float(finite) == 0.0
+    assert fit.loss_scales[mx.cpu()].value.asscalar() == onp.float32(3e38) / 2
+    for name, p in fit.model.collect_params().items():
+        assert onp.array_equal(p.data().asnumpy(), before[name]), name
+
+
+def test_dynamic_loss_scale_halves_on_overflow_and_grows_after_a_window():
+    from mtx.optimizer import DynamicLossScale
+    scale = DynamicLossScale(mx.cpu(), init=8.0, window=3)
+    seen = []
+    for finite in [0, 1, 1, 1, 1, 0, 1]:
+        scale.update(mx.nd.array([finite]))
+        seen.append(scale.value.asscalar())
+    assert seen == [4.0, 4.0, 4.0, 8.0, 8.0, 4.0, 4.0]
+
+
+def test_float16_on_a_cpu_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="float16 needs a GPU.*bfloat16"):
+        _short_fit(tmp_path, seed=5, precision="float16")
 
 
 def test_toy_task_is_learned_through_the_script(toy_run):
