@@ -11,6 +11,7 @@ Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.layers.LayerNorm`.
 """
 import hashlib
 import os
+import platform
 import subprocess
 import tempfile
 import warnings
@@ -22,9 +23,19 @@ SOURCES = [Path(__file__).with_name("layer_norm.cc")]
 _loaded = {}
 
 
+def cpu_features():
+    """This CPU's instruction-set flags: the library is built with -march=native, so a checkout
+    shared by machines with other CPUs (a cluster's network disk) gets one library per kind."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        return platform.processor()
+
+
 def library_path():
-    """Where the compiled library of these sources and this MXNet lives."""
-    digest = hashlib.sha256(mx.__version__.encode())
+    """Where the compiled library of these sources, this MXNet and this CPU kind lives."""
+    digest = hashlib.sha256((mx.__version__ + cpu_features()).encode())
     for source in SOURCES:
         digest.update(source.read_bytes())
     return Path(__file__).with_name("build") / f"libmtx_kernels-{digest.hexdigest()[:12]}.so"
