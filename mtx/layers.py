@@ -68,8 +68,8 @@ class PositionWiseFFN(HybridBlock):
 @use_np
 class LayerNorm(nn.LayerNorm):
     """`nn.LayerNorm` over the last axis (same parameters and names) computed by mtx's native
-    kernel when it is loaded (`mtx.kernels`; its backward is about 4x faster than MXNet's on
-    CPU), by MXNet's operator otherwise. (..., D) -> (..., D)."""
+    kernel when it is loaded (`mtx.kernels`; its backward takes 9 ms of a training step where
+    MXNet's takes 260-300 ms on 2 CPU cores), by MXNet's operator otherwise. (..., D) -> (..., D)."""
 
     def hybrid_forward(self, F, data, gamma, beta):
         if not kernels.load():

@@ -141,12 +141,15 @@ def make_impl(name, corpus_):
     return {"gluonnlp": bench_peers.GluonNLPPeer, "d2l": bench_peers.D2LPeer}[name](CFG, True)
 
 
-def worker_train(name, seconds):
+def training_setup(name):
+    """The common training batches (~4096 padded tokens) and the impl ``name`` built on them."""
     from mtx.data import bucket_batches
     c = corpus()
-    src, tgt = c.train_pairs(128)
-    batches = bucket_batches(src, tgt, 4096, shuffle=True, seed=1)
-    impl = make_impl(name, c)
+    return bucket_batches(*c.train_pairs(128), 4096, shuffle=True, seed=1), make_impl(name, c)
+
+
+def worker_train(name, seconds):
+    batches, impl = training_setup(name)
     steps, i, measured = [], 0, 0.0
     while len(steps) < 20 or measured < seconds:
         b = batches[i % len(batches)]
@@ -173,10 +176,7 @@ def worker_profile(name, steps):
     """MXNet's profiler (aggregate stats) over ``steps`` training steps of one impl after 20
     warm-up steps: wall ms per step and {operator: ms per step}, largest first."""
     import mxnet as mx
-    from mtx.data import bucket_batches
-    c = corpus()
-    batches = bucket_batches(*c.train_pairs(128), 4096, shuffle=True, seed=1)
-    impl = make_impl(name, c)
+    batches, impl = training_setup(name)
     for b in batches[:20]:
         float(impl.train_step(b).asnumpy())
     mx.profiler.set_config(profile_all=True, aggregate_stats=True,
