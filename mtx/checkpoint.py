@@ -7,17 +7,17 @@ A run directory holds ``model.json`` (the ModelConfig), the tokenizer, and ``che
 import dataclasses
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import mxnet as mx
 
 from .config import ModelConfig
-from .data import sha256_of
+from .errors import CheckpointError
+from .files import atomic_write, atomic_write_text, sha256_of
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that is missing, truncated or belongs to another config."""
+
+RESUME_HINT = "free some disk space and resume with train.resume=true"
 
 
 def config_digest(model_cfg):
@@ -25,32 +25,10 @@ def config_digest(model_cfg):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def atomic_write_text(path, text):
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-    atomic_save(write, path)
-
-
-def atomic_save(write, path):
-    """Call ``write(tmp_path)``, flush it to disk, then rename it to ``path``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(str(tmp))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-    except (OSError, mx.MXNetError) as err:
-        tmp.unlink(missing_ok=True)
-        raise CheckpointError(f"cannot write {path} ({err}); the previous file is kept: free "
-                              f"some disk space and resume with train.resume=true") from None
-    os.replace(tmp, path)
-
-
 def save_params(model, path, **meta):
     """Write ``path`` (.params) and its ``.json`` sidecar atomically; returns the sidecar dict."""
     path = Path(path)
-    atomic_save(model.save_parameters, path)
+    atomic_write(path, model.save_parameters, RESUME_HINT)
     sidecar = dict(meta, sha256=sha256_of(path), config=dataclasses.asdict(model.cfg),
                    config_digest=config_digest(model.cfg))
     atomic_write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=1))

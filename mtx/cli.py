@@ -5,14 +5,10 @@ import os
 import sys
 import traceback
 
-from .checkpoint import CheckpointError
-from .config import ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig, from_dict
-from .data import DataError
-from .trainer import TrainingError
-from .vocab import TokenizerError
+from .config import DataConfig, DecodeConfig, ModelConfig, TrainConfig, from_dict
+from .errors import MtxError
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, FileNotFoundError, TrainingError,
-               TokenizerError)
+USER_ERRORS = (MtxError, FileNotFoundError)
 
 
 def _cluster_worker():
@@ -65,7 +61,7 @@ def decoding_setup(cfg):
     """What translate/evaluate start from: (DecodeConfig, device, hybridized model, tokenizer,
     the run's DataConfig), the model rebuilt from the run directory ``cfg.ckpt``."""
     from .run import load_run
-    from .trainer import resolve_device
+    from .devices import resolve_device
     decode_cfg = typed(cfg, "decode")
     ctx = resolve_device(cfg.device)
     model, tokenizer, data_cfg = load_run(cfg.ckpt, ctx, cfg.checkpoint)

@@ -7,9 +7,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from .errors import ConfigError
 
-class ConfigError(ValueError):
-    """A configuration value that cannot work; the message names the key and the fix."""
+
 
 
 def from_dict(cls, values, section):

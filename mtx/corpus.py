@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from .config import DataConfig
-from .data import load_multi30k, make_toy, toy_symbols
+from .multi30k import load_multi30k
+from .toy import make_toy, toy_symbols
 from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer, train_sentencepiece
 
 TOKENIZER_FILES = ("spm.model", "toy_symbols.json")

@@ -9,6 +9,7 @@ from mxnet import np
 from . import checkpoint as ckpt
 from . import heads
 from .bleu import sacre_bleu
+from .files import atomic_write_json
 from .config import ConfigError, DecodeConfig
 from .evaluation import translate_and_score
 from .search import Translator
@@ -131,4 +132,4 @@ def compare_speed(models, rounds, *translate_args):
 
 
 def write_json(path, obj):
-    ckpt.atomic_write_text(path, json.dumps(obj, indent=1, default=lambda a: onp.asarray(a).tolist()))
+    atomic_write_json(path, obj)

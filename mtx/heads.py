@@ -18,10 +18,10 @@ import mxnet as mx
 import numpy as onp
 from mxnet import autograd, np
 
-from .data import bucket_batches
+from .batching import bucket_batches
 from .loss import LabelSmoothedCrossEntropy
 from .model import Transformer
-from .trainer import to_device
+from .devices import to_device
 
 
 def layer_names(cfg):

@@ -1,7 +1,46 @@
-"""Reading text to translate: whole files, or stdin as lines arrive (so a terminal or a pipe
-gets each translation as soon as its line is complete, and a burst of lines is one batch)."""
+"""Reading text: parallel training/test files (strict: every line must be valid), and text to
+translate, from whole files or stdin as lines arrive (so a terminal or a pipe gets each
+translation as soon as its line is complete, and a burst of lines is one batch)."""
+import gzip
 import os
 import sys
+
+from .errors import DataError
+
+
+def read_lines(path):
+    """Lines of a UTF-8 text file (``.gz`` or plain), without newlines; DataError names the line
+    of any invalid UTF-8, or the file when it is missing or a directory."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    lines = []
+    try:
+        with opener(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    lines.append(raw.decode("utf-8").rstrip("\r\n"))
+                except UnicodeDecodeError:
+                    raise DataError(f"{path}:{number}: not valid UTF-8; fix or remove that "
+                                    f"line") from None
+    except (OSError, EOFError) as err:
+        raise DataError(f"cannot read {path} ({getattr(err, 'strerror', None) or err}); "
+                        f"give an existing, readable text file") from None
+    return lines
+
+
+def read_parallel(src_path, tgt_path):
+    """Aligned (source, target) line lists; DataError on different lengths, no lines, or an
+    empty line."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: parallel "
+                        f"files must align line by line")
+    if not src:
+        raise DataError(f"{src_path} and {tgt_path} have no lines; give non-empty parallel files")
+    for path, lines in ((src_path, src), (tgt_path, tgt)):
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                raise DataError(f"{path}:{number}: empty line in parallel data; remove the pair")
+    return src, tgt
 
 
 def decode_line(raw, number, warn=sys.stderr):

@@ -11,7 +11,6 @@ import logging
 import mxnet as mx
 import numpy as onp
 
-from .data import Batch
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +21,7 @@ def split_rows(batch, parts):
     """A `Batch` -> ``parts`` Batches of consecutive rows (sizes differ by at most one; a part
     may be empty when the batch has fewer rows than ``parts``)."""
     pieces = onp.array_split(onp.arange(len(batch.ids)), parts)
-    return [Batch(batch.src_tokens[rows], batch.src_valid_len[rows], batch.tgt_in[rows],
-                  batch.tgt_out[rows], batch.tgt_valid_len[rows], batch.ids[rows])
-            for rows in pieces]
+    return [batch.rows(rows) for rows in pieces]
 
 
 class DataParallel:

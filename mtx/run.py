@@ -7,11 +7,13 @@ from pathlib import Path
 from . import checkpoint as ckpt
 from .config import DataConfig
 from .corpus import load_corpus, load_tokenizer, save_tokenizer
-from .data import SPLITS
+from .multi30k import SPLITS
 from .evaluation import translate_and_score
 from .parallel import DataParallel
 from .pictures import learning_curve
-from .trainer import Fit, average_checkpoints, resolve_device, seed_everything
+from .files import atomic_write_text
+from .devices import resolve_device, seed_everything
+from .trainer import Fit, average_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,7 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     if parallel.is_chief:
         ckpt.save_model_config(model_cfg, run_dir)
-        ckpt.atomic_write_text(run_dir / "data.json",
+        atomic_write_text(run_dir / "data.json",
                                json.dumps(dataclasses.asdict(data_cfg), indent=1))
         save_tokenizer(corpus.tokenizer, run_dir)
     fit = Fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, parallel, seed)
@@ -85,7 +87,7 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
     sources, references = corpus.text[test_split]
     hypotheses, test_scores = translate_and_score(fit.model, corpus.tokenizer, decode_cfg, fit.ctx,
                                                   sources, references, data_cfg.tgt_lang)
-    ckpt.atomic_write_text(run_dir / f"{test_split}.hyp.{data_cfg.tgt_lang}",
+    atomic_write_text(run_dir / f"{test_split}.hyp.{data_cfg.tgt_lang}",
                            "\n".join(hypotheses) + "\n")
     report = {"src_lang": data_cfg.src_lang, "tgt_lang": data_cfg.tgt_lang,
               "data": data_cfg.name, "parameters": count_parameters(fit.model),
@@ -93,7 +95,7 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
               "steps": fit.step, "epochs": fit.epoch, "final": final,
               "devices": [str(c) for c in ctxs], "workers": parallel.num_workers,
               "scores": {test_split: test_scores}}
-    ckpt.atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
+    atomic_write_text(run_dir / "report.json", json.dumps(report, indent=1))
     if (run_dir / "metrics.jsonl").is_file():
         learning_curve(run_dir / "metrics.jsonl", run_dir / "learning_curve.png")
     return report

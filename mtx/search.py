@@ -9,7 +9,7 @@ import sys
 import numpy as onp
 from mxnet import np, npx
 
-from .data import sorted_batches
+from .batching import sorted_batches
 from .vocab import BOS, EOS, PAD
 
 NEG_INF = -1e30

@@ -3,7 +3,6 @@ epoch, best/last checkpoints, averaging, early stopping and a wall-clock budget.
 import hashlib
 import json
 import logging
-import random
 import signal
 import threading
 import time
@@ -16,8 +15,10 @@ from tqdm import tqdm
 
 from . import checkpoint as ckpt
 from .bleu import sacre_bleu
-from .config import ConfigError
-from .data import bucket_batches
+from .devices import seed_everything, to_device
+from .files import atomic_write, atomic_write_text
+from .errors import CheckpointError, ConfigError, TrainingError
+from .batching import bucket_batches
 from .loss import LabelSmoothedCrossEntropy
 from .model import Transformer
 from .optimizer import DynamicLossScale, gradient_scale
@@ -27,38 +28,6 @@ from .schedule import inverse_sqrt_warmup
 from .search import Translator
 
 log = logging.getLogger(__name__)
-
-
-def resolve_device(device):
-    """'cpu' | 'cpu:N' | 'gpu' | 'gpu:N' | 'auto' -> an MXNet context."""
-    if device == "auto":
-        return mx.gpu(0) if mx.context.num_gpus() > 0 else mx.cpu()
-    if device.startswith("gpu"):
-        index = int(device.split(":")[1]) if ":" in device else 0
-        if mx.context.num_gpus() <= index:
-            raise ValueError(f"device={device} but MXNet sees {mx.context.num_gpus()} GPU(s); "
-                             f"use device=cpu or install a CUDA build of mxnet")
-        return mx.gpu(index)
-    if device.startswith("cpu:") and device[4:].isdigit():
-        return mx.cpu(int(device[4:]))  # separate CPU contexts share the cores (tests, debugging)
-    if device != "cpu":
-        raise ValueError(f"device={device}: use cpu, cpu:N, gpu, gpu:N or auto")
-    return mx.cpu()
-
-
-def seed_everything(seed):
-    random.seed(seed)
-    onp.random.seed(seed)
-    mx.random.seed(seed)
-
-
-def to_device(batch, ctx):
-    return [np.array(a, ctx=ctx) for a in (batch.src_tokens, batch.src_valid_len, batch.tgt_in,
-                                           batch.tgt_out, batch.tgt_valid_len)]
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (the loss stays non-finite); the last good checkpoint is kept."""
 
 
 class LossMeter:
@@ -238,7 +207,7 @@ class Fit:
         self.save_checkpoint(improved, record["valid/bleu"])
         metrics = self.run_dir / "metrics.jsonl"  # after the checkpoint it describes; atomic
         previous = metrics.read_text() if metrics.is_file() else ""
-        ckpt.atomic_write_text(metrics, previous + json.dumps(record) + "\n")
+        atomic_write_text(metrics, previous + json.dumps(record) + "\n")
         log.info("epoch %d step %d train loss %.3f val loss %.3f val BLEU %s tok/s %.0f (%.1f min)",
                  self.epoch, self.step, train_loss, val_loss, record["valid/bleu"], tok_s,
                  self.minutes())
@@ -247,7 +216,7 @@ class Fit:
         """Epoch checkpoint with optimizer state and counters (for resume); best.params too."""
         ckpt_dir = self.run_dir / "checkpoints"
         path = ckpt_dir / f"epoch_{self.epoch:03d}.params"
-        ckpt.atomic_save(self.trainer.save_states, path.with_suffix(".states"))
+        atomic_write(path.with_suffix(".states"), self.trainer.save_states, ckpt.RESUME_HINT)
         meta = dict(step=self.step, epoch=self.epoch, valid_bleu=valid_bleu,
                     best_bleu=self.best_bleu, stale_epochs=self.stale_epochs,
                     minutes=self.minutes())
@@ -267,7 +236,7 @@ class Fit:
                 meta = ckpt.check_params(path, self.model.cfg)
                 self.model.load_parameters(str(path), ctx=self.ctxs)
                 self.trainer.load_states(str(path.with_suffix(".states")))
-            except (ckpt.CheckpointError, OSError, mx.MXNetError) as err:
+            except (CheckpointError, OSError, mx.MXNetError) as err:
                 log.warning("skipping %s: %s", path.name, err)
                 continue
             self.step, self.epoch = meta["step"], meta["epoch"]
@@ -277,11 +246,11 @@ class Fit:
             if metrics.is_file():  # drop records of epochs that are being redone
                 kept = [r for r in metrics.read_text().splitlines()
                         if json.loads(r)["epoch"] <= self.epoch]
-                ckpt.atomic_write_text(metrics, "".join(r + "\n" for r in kept))
+                atomic_write_text(metrics, "".join(r + "\n" for r in kept))
             log.info("resumed from %s (epoch %d, step %d)", path.name, self.epoch, self.step)
             return self.epoch
         if ckpt.epoch_checkpoints(self.run_dir):
-            raise ckpt.CheckpointError(f"{self.run_dir}: no intact checkpoint matches this "
+            raise CheckpointError(f"{self.run_dir}: no intact checkpoint matches this "
                                        f"config; resume with the run's own settings")
         return 0
 

@@ -3,12 +3,12 @@ import hashlib
 import os
 from pathlib import Path
 
+from .errors import TokenizerError
+
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 
 
-class TokenizerError(ValueError):
-    """A tokenizer file that cannot be used; the message names it and the fix."""
 
 
 class SentencePieceTokenizer:

@@ -143,7 +143,7 @@ def make_impl(name, corpus_):
 
 def training_setup(name):
     """The common training batches (~4096 padded tokens) and the impl ``name`` built on them."""
-    from mtx.data import bucket_batches
+    from mtx.batching import bucket_batches
     c = corpus()
     return bucket_batches(*c.train_pairs(128), 4096, shuffle=True, seed=1), make_impl(name, c)
 
@@ -229,7 +229,7 @@ def worker_translate(run_dir, beam):
     from mtx.run import load_run
     model, tokenizer, data_cfg = load_run(run_dir, mx.cpu())
     model.hybridize(static_alloc=True)
-    from mtx.data import load_multi30k
+    from mtx.multi30k import load_multi30k
     src, ref = load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang,
                              os.environ.get("MTX_MULTI30K_DIR"), ROOT / ".cache")["test_2016_flickr"]
     cfg = DecodeConfig(beam_size=beam, length_penalty=1.0 if beam > 1 else 0.0)

@@ -14,9 +14,11 @@ from pathlib import Path
 import hydra
 from mxnet import npx
 
-from mtx.checkpoint import atomic_write_text
+from mtx.files import atomic_write_text
 from mtx.cli import decoding_setup, one_line_errors
-from mtx.data import DataError, load_multi30k, read_parallel
+from mtx.errors import DataError
+from mtx.lines import read_parallel
+from mtx.multi30k import load_multi30k
 from mtx.evaluation import translate_and_score
 
 log = logging.getLogger("mtx")

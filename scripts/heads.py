@@ -29,7 +29,7 @@ from mtx.head_study import (GatedScorer, choose_pruning, compare_speed, curves, 
                             importance_scores, save_pruned_run, write_json)
 from mtx.pictures import importance_heatmaps, pruning_plot
 from mtx.run import load_run
-from mtx.trainer import resolve_device
+from mtx.devices import resolve_device
 
 log = logging.getLogger("mtx")
 

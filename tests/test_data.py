@@ -6,8 +6,11 @@ from collections import Counter
 import numpy as onp
 import pytest
 
-from mtx import data
-from mtx.data import DataError, bucket_batches, load_multi30k, read_parallel
+from mtx import multi30k, toy
+from mtx.batching import bucket_batches
+from mtx.errors import DataError
+from mtx.lines import read_parallel
+from mtx.multi30k import load_multi30k
 from mtx.vocab import BOS, EOS, PAD, SentencePieceTokenizer, TokenizerError, train_sentencepiece
 
 
@@ -23,7 +26,7 @@ def test_real_multi30k_counts(multi30k_dir, tmp_path):
 
 def _copy_multi30k(src_dir, dst_dir):
     dst_dir.mkdir()
-    for name in data.MULTI30K_SHA256:
+    for name in multi30k.MULTI30K_SHA256:
         shutil.copy(src_dir / name, dst_dir / name)
     return dst_dir
 
@@ -46,18 +49,18 @@ def test_missing_file_and_unreadable_dir(multi30k_dir, tmp_path):
 
 
 def test_no_network_is_one_clear_error_and_leaves_nothing(monkeypatch, tmp_path):
-    monkeypatch.setattr(data, "MULTI30K_URL", "http://127.0.0.1:9/")  # nothing listens there
+    monkeypatch.setattr(multi30k, "MULTI30K_URL", "http://127.0.0.1:9/")  # nothing listens there
     with pytest.raises(DataError, match="cannot download .* MTX_MULTI30K_DIR"):
         load_multi30k("en", "de", None, tmp_path)
     assert not any(p.is_file() for p in tmp_path.rglob("*"))
 
 
 def test_download_goes_through_checksum_into_cache(multi30k_dir, monkeypatch, tmp_path):
-    monkeypatch.setattr(data, "MULTI30K_URL", multi30k_dir.as_uri() + "/")  # a file:// mirror
+    monkeypatch.setattr(multi30k, "MULTI30K_URL", multi30k_dir.as_uri() + "/")  # a file:// mirror
     splits = load_multi30k("en", "fr", None, tmp_path)
     assert len(splits["train"][0]) == 29000
     assert sorted(p.name for p in (tmp_path / "multi30k").iterdir()) == sorted(
-        n for n in data.MULTI30K_SHA256 if n.split(".")[1] in ("en", "fr"))
+        n for n in multi30k.MULTI30K_SHA256 if n.split(".")[1] in ("en", "fr"))
 
 
 @pytest.mark.parametrize("src_text, tgt_text, message", [
@@ -125,7 +128,7 @@ def test_corrupted_sentencepiece_model_is_one_clear_error(tmp_path):
 
 
 def test_toy_task_reverses():
-    splits = data.make_toy("reverse", 10, 2, 5, [50, 5, 5], seed=0)
+    splits = toy.make_toy("reverse", 10, 2, 5, [50, 5, 5], seed=0)
     for src, tgt in zip(*splits["train"]):
         assert tgt.split() == src.split()[::-1]
-    assert data.make_toy("reverse", 10, 2, 5, [50, 5, 5], seed=0) == splits
+    assert toy.make_toy("reverse", 10, 2, 5, [50, 5, 5], seed=0) == splits

@@ -12,9 +12,10 @@ import pytest
 
 from mtx.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from mtx.corpus import load_corpus
-from mtx.data import bucket_batches
+from mtx.batching import bucket_batches
 from mtx.parallel import DataParallel, split_rows
-from mtx.trainer import Fit, seed_everything
+from mtx.devices import seed_everything
+from mtx.trainer import Fit
 
 from conftest import ROOT, run_script
 

@@ -9,6 +9,7 @@ import time
 import numpy as onp
 from mxnet import npx
 
+from mtx.errors import FileWriteError
 from tests.conftest import ROOT
 
 SMOKE = ["experiment=smoke", "train.max_epochs=4", "train.eval_bleu=false", "train.keep_last=4"]
@@ -98,7 +99,7 @@ def test_full_disk_keeps_the_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(model, "save_parameters", no_space)
-    with pytest.raises(ckpt.CheckpointError, match="No space left on device.*previous file is kept"):
+    with pytest.raises(FileWriteError, match="No space left on device.*previous file is kept"):
         ckpt.save_params(model, path, step=2)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json", "best.params"]
@@ -110,7 +111,8 @@ def test_non_finite_steps_are_skipped_whole_and_counted():
     import pytest
     from mxnet import gluon, np
     from mtx.optimizer import gradient_scale
-    from mtx.trainer import LossMeter, TrainingError
+    from mtx.errors import TrainingError
+    from mtx.trainer import LossMeter
     param = mx.gluon.Parameter("w", shape=(3,))
     param.initialize()
     param.grad()[:] = np.array([3.0, 4.0, 0.0])

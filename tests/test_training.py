@@ -80,7 +80,7 @@ def _short_fit(tmp_path, seed, **train_overrides):
                             num_decoder_layers=1, dropout=0.1, vocab_size=len(corpus.tokenizer))
     train_cfg = TrainConfig(batch_tokens=256, max_epochs=1, eval_bleu=False, warmup_steps=5,
                             **train_overrides)
-    from mtx.trainer import seed_everything
+    from mtx.devices import seed_everything
     seed_everything(seed)
     fit = Fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(), tmp_path / f"run{seed}",
               DataParallel([mx.cpu()]), seed)
@@ -112,7 +112,7 @@ def test_dynamic_loss_scaling_gives_the_unscaled_run(tmp_path):
 
 
 def test_an_overflowing_loss_scale_skips_the_step_and_halves(tmp_path):
-    from mtx.data import bucket_batches
+    from mtx.batching import bucket_batches
     _, fit = _short_fit(tmp_path, seed=5, loss_scale="dynamic")
     before = {k: p.data().asnumpy() for k, p in fit.model.collect_params().items()}
     fit.loss_scales[mx.cpu()].value[:] = 3e38  # loss x scale overflows float32

@@ -1,0 +1,87 @@
+"""Subword ids -> padded batches: length buckets for training, source-length groups for
+translation.
+
+A `Batch` holds host (numpy) int32 arrays:
+    src_tokens (B, S)  source ids + EOS, padded with PAD    src_valid_len (B,)
+    tgt_in     (B, T)  BOS + target ids                     tgt_valid_len (B,)
+    tgt_out    (B, T)  target ids + EOS                     ids (B,) sentence indices
+"""
+from dataclasses import dataclass
+
+import numpy as onp
+
+from .vocab import BOS, EOS, PAD
+
+NUM_BUCKETS = 16            # gluonnlp FixedBucketSampler buckets of the longer side's length
+BUCKET_WIDTH_RATIO = 1.2    # each bucket this much wider than the one before (ExpWidthBucket)
+MAX_TRANSLATION_ROWS = 256  # sentences per translation batch at most
+
+
+@dataclass
+class Batch:
+    src_tokens: onp.ndarray
+    src_valid_len: onp.ndarray
+    tgt_in: onp.ndarray
+    tgt_out: onp.ndarray
+    tgt_valid_len: onp.ndarray
+    ids: onp.ndarray
+
+    @property
+    def num_tgt_tokens(self):
+        return int(self.tgt_valid_len.sum())
+
+    def rows(self, rows):
+        """The sub-batch of rows ``rows`` (an index array)."""
+        return Batch(self.src_tokens[rows], self.src_valid_len[rows], self.tgt_in[rows],
+                     self.tgt_out[rows], self.tgt_valid_len[rows], self.ids[rows])
+
+
+def _pad(rows):
+    from gluonnlp.data import batchify
+    return batchify.Pad(pad_val=PAD, ret_length=True, dtype="int32")(rows)
+
+
+def collate(src_ids, tgt_ids, ids):
+    """Sentences (lists of ids, no specials) -> a padded `Batch` of sentences ``ids``."""
+    src, src_len = _pad([onp.array(src_ids[i] + [EOS], "int32") for i in ids])
+    tgt_in, tgt_len = _pad([onp.array([BOS] + tgt_ids[i], "int32") for i in ids])
+    tgt_out, _ = _pad([onp.array(tgt_ids[i] + [EOS], "int32") for i in ids])
+    return Batch(src.asnumpy(), src_len.asnumpy().astype("int32"), tgt_in.asnumpy(),
+                 tgt_out.asnumpy(), tgt_len.asnumpy().astype("int32"), onp.array(ids, "int64"))
+
+
+def bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle, seed, num_buckets=NUM_BUCKETS):
+    """Token-budget batches from gluonnlp's FixedBucketSampler (exponential-width buckets of the
+    longer side, about ``batch_tokens`` padded tokens each). Every pair appears exactly once;
+    with ``shuffle`` the order within buckets and of batches depends only on ``seed``."""
+    from gluonnlp.data import ExpWidthBucket, FixedBucketSampler
+    lengths = [max(len(s), len(t)) + 1 for s, t in zip(src_ids, tgt_ids)]
+    sampler = FixedBucketSampler(lengths, batch_size=batch_tokens,
+                                 num_buckets=min(num_buckets, max(1, len(set(lengths)))),
+                                 shuffle=shuffle, use_average_length=True,
+                                 bucket_scheme=ExpWidthBucket(bucket_len_step=BUCKET_WIDTH_RATIO))
+    state = onp.random.get_state()
+    onp.random.seed(seed % (2 ** 32))
+    try:
+        groups = list(sampler)
+    finally:
+        onp.random.set_state(state)
+    return [collate(src_ids, tgt_ids, group) for group in groups]
+
+
+def sorted_batches(src_ids, batch_tokens, max_sentences=MAX_TRANSLATION_ROWS):
+    """For translation: sentence indices grouped by source length (longest first) so each group
+    has about ``batch_tokens`` source tokens; returns a list of index lists."""
+    order = sorted(range(len(src_ids)), key=lambda i: -len(src_ids[i]))
+    groups, current, longest = [], [], 0
+    for i in order:
+        longest_if_added = max(longest, len(src_ids[i]) + 1)
+        if current and (longest_if_added * (len(current) + 1) > batch_tokens
+                        or len(current) >= max_sentences):
+            groups.append(current)
+            current, longest_if_added = [], len(src_ids[i]) + 1
+        current.append(i)
+        longest = longest_if_added
+    if current:
+        groups.append(current)
+    return groups

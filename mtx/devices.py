@@ -1,0 +1,42 @@
+"""Devices: names to MXNet contexts, host batches to device arrays, and seeding."""
+import random
+
+import mxnet as mx
+import numpy as onp
+from mxnet import np
+
+from .errors import ConfigError
+
+DEVICE_HELP = "use cpu, cpu:N, gpu, gpu:N or auto"
+
+
+def resolve_device(device):
+    """'cpu' | 'cpu:N' | 'gpu' | 'gpu:N' | 'auto' -> an MXNet context (ConfigError otherwise,
+    or when the GPU is not there)."""
+    device = str(device)
+    if device == "auto":
+        return mx.gpu(0) if mx.context.num_gpus() > 0 else mx.cpu()
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "gpu") or (index and not index.isdigit()):
+        raise ConfigError(f"device={device} is not a device name: {DEVICE_HELP}")
+    index = int(index or 0)
+    if kind == "gpu":
+        if mx.context.num_gpus() <= index:
+            raise ConfigError(f"device={device} but MXNet sees {mx.context.num_gpus()} GPU(s): "
+                              f"use device=cpu, or install a CUDA build of mxnet")
+        return mx.gpu(index)
+    return mx.cpu(index)  # separate CPU contexts share the cores (tests, debugging)
+
+
+def to_device(batch, ctx):
+    """A host `mtx.batching.Batch` -> [src_tokens (B, S), src_valid_len (B,), tgt_in (B, T),
+    tgt_out (B, T), tgt_valid_len (B,)] on ``ctx``."""
+    return [np.array(a, ctx=ctx) for a in (batch.src_tokens, batch.src_valid_len, batch.tgt_in,
+                                           batch.tgt_out, batch.tgt_valid_len)]
+
+
+def seed_everything(seed):
+    """Python's, NumPy's and MXNet's generators (dropout) from one seed."""
+    random.seed(seed)
+    onp.random.seed(seed % 2 ** 32)
+    mx.random.seed(seed % 2 ** 31)

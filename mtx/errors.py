@@ -1,0 +1,40 @@
+"""The errors a user can cause, and the exit code each ends a command with.
+
+Every class here is a *user error*: bad input, a bad setting, a file that cannot be used. Its
+message is one line that names the problem and the fix; the commands (`mtx.commands.common`)
+print it as ``error: <message>`` and exit with `USER_ERROR`. Anything else that escapes is a bug
+(`BUG`), Ctrl-C is `INTERRUPTED`.
+"""
+
+USER_ERROR = 2
+INTERRUPTED = 130
+BUG = 1
+
+
+class MtxError(ValueError):
+    """Base of all user errors; the message is one line: the problem and the fix."""
+
+
+class ConfigError(MtxError):
+    """A configuration value that cannot work; the message names the key and the fix."""
+
+
+class DataError(MtxError):
+    """Bad or missing data; the message names the file and what to do."""
+
+
+class CheckpointError(MtxError):
+    """A run directory or checkpoint that is missing, damaged, or belongs to another config."""
+
+
+class TokenizerError(MtxError):
+    """A tokenizer file that cannot be used; the message names it and the fix."""
+
+
+class TrainingError(MtxError):
+    """Training cannot go on (the loss stays non-finite); the last good checkpoint is kept."""
+
+
+class FileWriteError(MtxError):
+    """A file could not be written (full disk, read-only or missing directory); the previous
+    version of the file, if any, is kept."""

@@ -1,0 +1,25 @@
+"""The synthetic toy task: random symbol sequences and their copy or reversal."""
+import random
+
+from .errors import DataError
+
+TOY_SPLITS = ("train", "val", "test_2016_flickr")  # the same split names as Multi30k's
+
+
+def toy_symbols(num_symbols):
+    return [f"w{i}" for i in range(num_symbols)]
+
+
+def make_toy(task, num_symbols, min_len, max_len, sizes, seed):
+    """{split: (source lines, target lines)}: random symbol sequences and their copy/reversal."""
+    if task not in ("copy", "reverse"):
+        raise DataError(f"data.task={task}: the toy task is 'copy' or 'reverse'")
+    rng = random.Random(seed)
+    symbols = toy_symbols(num_symbols)
+    splits = {}
+    for split, size in zip(TOY_SPLITS, sizes):
+        src = [[rng.choice(symbols) for _ in range(rng.randint(min_len, max_len))]
+               for _ in range(size)]
+        tgt = [s if task == "copy" else s[::-1] for s in src]
+        splits[split] = ([" ".join(s) for s in src], [" ".join(t) for t in tgt])
+    return splits
