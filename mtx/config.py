@@ -13,12 +13,40 @@ from .errors import ConfigError
 
 
 def from_dict(cls, values, section):
-    """Build dataclass ``cls`` from a mapping, naming ``section`` in the error for unknown keys."""
+    """Build dataclass ``cls`` from a mapping. ConfigError names ``section.key`` for an unknown
+    key, and for a value whose type does not fit the field's (int; float, which takes an int
+    too; bool; str; Optional[...]; List[...]; other annotations are not checked)."""
+    import typing
+
+    def fits(value, hint):
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if origin is typing.Union:
+            return any(fits(value, arg) for arg in args)
+        if origin is list:
+            return isinstance(value, list) and all(fits(item, args[0]) for item in value)
+        if hint in (int, float) and isinstance(value, bool):
+            return False  # True is an int to Python, not to a config
+        kinds = {float: (int, float)}.get(hint, hint)
+        return isinstance(value, kinds) if isinstance(kinds, (type, tuple)) else True
+
+    def spell(hint):
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if origin is typing.Union:
+            return " or ".join(spell(arg) for arg in args)
+        if origin is list:
+            return f"a list of {spell(args[0])}"
+        return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(section + '.' + k for k in unknown)}; "
                           f"valid keys of {section}: {', '.join(sorted(names))}")
+    hints = typing.get_type_hints(cls)
+    for key, value in values.items():
+        if not fits(value, hints[key]):
+            raise ConfigError(f"{section}.{key}={value!r} has type {spell(type(value))}; "
+                              f"expected {spell(hints[key])}")
     return cls(**values)
 
 
