@@ -5,7 +5,7 @@ sees only typed values, so an unknown key or an impossible size fails before any
 """
 import dataclasses
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 from .errors import ConfigError
 
@@ -50,6 +50,24 @@ def from_dict(cls, values, section):
     return cls(**values)
 
 
+class AttentionLayer(NamedTuple):
+    """One attention layer of the model, as `ModelConfig.attention_layers` lists them."""
+    row: int    # its row in (A, H) head gates, importance scores and weight lists
+    name: str   # short label: 'enc0 self', 'dec1 cross'
+    kind: str   # 'encoder self' | 'decoder self' | 'decoder cross'
+    layer: int  # index of its encoder or decoder layer
+
+    @property
+    def queries(self):
+        """Which sequence the queries come from: 'source' or 'target'."""
+        return "source" if self.kind == "encoder self" else "target"
+
+    @property
+    def keys(self):
+        """Which sequence the keys come from: 'source' or 'target'."""
+        return "target" if self.kind == "decoder self" else "source"
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     num_hiddens: int = 256          # D, the model width
@@ -63,8 +81,8 @@ class ModelConfig:
     pre_norm: bool = False          # LayerNorm before each sublayer instead of after
     max_len: int = 1024             # longest sequence the positional table covers
     vocab_size: int = 0             # taken from the data; 0 until it is known
-    # Heads kept per attention layer after physical pruning (enc self, dec self, dec cross,
-    # layer by layer); None means num_heads everywhere.
+    # Heads kept per attention layer after physical pruning, in `attention_layers` order;
+    # None means num_heads everywhere.
     heads_per_layer: Optional[List[int]] = None
 
     def __post_init__(self):
@@ -86,14 +104,28 @@ class ModelConfig:
     def head_dim(self):
         return self.num_hiddens // self.num_heads
 
+    def attention_layers(self):
+        """The attention layers in the one order that every per-layer list and (A, H) array
+        uses (head gates, importance rows, `heads_per_layer`, weights, pictures): the encoder's
+        self-attention layers, then self and cross for each decoder layer."""
+        kinds = ([("enc", "encoder self", i) for i in range(self.num_encoder_layers)]
+                 + [("dec", f"decoder {part}", i) for i in range(self.num_decoder_layers)
+                    for part in ("self", "cross")])
+        return [AttentionLayer(row, f"{side}{layer} {kind.split()[1]}", kind, layer)
+                for row, (side, kind, layer) in enumerate(kinds)]
+
     @property
     def num_attention_layers(self):
-        """Encoder self-attention, then decoder self- and cross-attention per decoder layer."""
-        return self.num_encoder_layers + 2 * self.num_decoder_layers
+        """A, the number of rows of `attention_layers`."""
+        return len(self.attention_layers())
 
-    def heads_of(self, index):
-        """Heads of attention layer ``index`` (ordering of `num_attention_layers`)."""
-        return self.num_heads if self.heads_per_layer is None else self.heads_per_layer[index]
+    def attention_row(self, kind, layer):
+        """The row of attention layer (``kind``, ``layer``), e.g. ('decoder cross', 0)."""
+        return next(a.row for a in self.attention_layers() if (a.kind, a.layer) == (kind, layer))
+
+    def heads_of(self, row):
+        """Heads of the attention layer in row ``row`` of `attention_layers`."""
+        return self.num_heads if self.heads_per_layer is None else self.heads_per_layer[row]
 
 
 @dataclass(frozen=True)
