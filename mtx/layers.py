@@ -67,12 +67,17 @@ class PositionWiseFFN(HybridBlock):
 
 @use_np
 class LayerNorm(nn.LayerNorm):
-    """`nn.LayerNorm` over the last axis (same parameters and names) computed by mtx's native
-    kernel when it is loaded (`mtx.kernels`; its backward takes 9 ms of a training step where
-    MXNet's takes 260-300 ms on 2 CPU cores), by MXNet's operator otherwise. (..., D) -> (..., D)."""
+    """`nn.LayerNorm` (same parameters and names, so checkpoints load either way) computed by
+    mtx's native kernel (`mtx.kernels`) when it loads and the axis is the last one, by MXNet's
+    operator otherwise. The choice is made once, when the layer is built (`mtx.kernels.status`
+    records it; speed in docs/performance.md). (..., D) -> (..., D)."""
+
+    def __init__(self, axis=-1, **kwargs):
+        super().__init__(axis=axis, **kwargs)
+        self._native = axis == -1 and kernels.load()
 
     def hybrid_forward(self, F, data, gamma, beta):
-        if not kernels.load():
+        if not self._native:
             return super().hybrid_forward(F, data, gamma, beta)
         out = F.mtx_layer_norm(data.as_nd_ndarray(), gamma.as_nd_ndarray(),
                                beta.as_nd_ndarray(), eps=self._epsilon)

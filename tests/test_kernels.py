@@ -1,8 +1,17 @@
 """mtx's native kernels (mtx.kernels) and the legacy-operator paths (mtx.ops): same numbers as
-MXNet's own operators, forward and backward, imperative and hybridized."""
+MXNet's own operators, forward and backward, imperative and hybridized; the kernels' private
+cache, its SHA-256 records and key, and the fallback to MXNet's LayerNorm with one warning.
+
+Cache tests run a fresh Python with ``MTX_KERNEL_CACHE`` in a temporary directory (never the
+user's cache) and a stand-in compiler: a script that fails, or one that "compiles" by copying
+the library this process built, so only that one real compile happens."""
+import json
+import os
+import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as onp
 import pytest
@@ -10,6 +19,7 @@ from mxnet import autograd, np
 from mxnet.gluon import nn
 
 from mtx import kernels, ops
+from mtx.files import sha256_of
 from mtx.layers import LayerNorm
 
 needs_compiler = pytest.mark.skipif(shutil.which("g++") is None,
@@ -57,13 +67,152 @@ def test_layer_norm_keeps_the_parameter_names_of_nn_layer_norm():
 
 def test_without_native_kernels_mtx_runs_mxnets_layer_norm():
     code = ("import mtx.kernels as k, mtx.layers as l, mxnet as mx; mx.npx.set_np(); "
-            "n = l.LayerNorm(in_channels=4); n.initialize(); "
+            "n = l.LayerNorm(in_channels=4); n.initialize(); l.LayerNorm(in_channels=4); "
             "print(k.load(), float(n(mx.np.arange(8.).reshape(2, 4)).sum()))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={"MTX_NATIVE_KERNELS": "0", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     loaded, total = done.stdout.split()
     assert loaded == "False" and abs(float(total)) < 1e-4
+    assert done.stderr.count("NativeKernelWarning:") == 1, done.stderr  # two layers, one warning
+    assert "MTX_NATIVE_KERNELS=0" in done.stderr
+
+
+# A tiny Transformer, hybridized, one forward pass; prints kernels.status() and whether the
+# logits are finite.
+MODEL_RUNS = """
+import json
+from mxnet import np, npx
+npx.set_np()
+from mtx import kernels
+from mtx.config import ModelConfig
+from mtx.model import Transformer
+cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
+                  num_decoder_layers=1, dropout=0.0, attention_dropout=0.0, max_len=32,
+                  vocab_size=30)
+net = Transformer(cfg)
+net.initialize()
+net.hybridize()
+tokens = np.array([[3, 4, 5]], dtype="int32")
+logits = net(tokens, np.array([3], dtype="int32"), tokens)
+print(json.dumps(dict(kernels.status(), finite=bool(np.isfinite(logits).all()))))
+"""
+
+
+def _run_model(cache, **env):
+    """MODEL_RUNS in a fresh Python whose kernel cache is ``cache``; (status dict, number of
+    NativeKernelWarnings it printed)."""
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith("MTX_") and k not in ("CXX", "CXXFLAGS")}
+    full_env.update(MTX_KERNEL_CACHE=str(cache), OMP_NUM_THREADS="1", **env)
+    done = subprocess.run([sys.executable, "-c", MODEL_RUNS], capture_output=True, text=True,
+                          env=full_env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result.pop("finite"), "the model's logits are not finite"
+    return result, done.stderr.count("NativeKernelWarning:")
+
+
+def _script(path, body):
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="module")
+def good_library():
+    """The library this process built and loaded (skips without a compiler)."""
+    if not kernels.load():
+        pytest.skip(f"no native kernels here: {kernels.status()['reason']}")
+    return Path(kernels.status()["library"])
+
+
+@pytest.fixture
+def copying_cxx(tmp_path, good_library):
+    """A stand-in compiler: prints a version, and "compiles" by copying `good_library` to the
+    ``-o`` path; each compile appends a line to the returned ``calls`` file."""
+    calls = tmp_path / "calls"
+    cxx = _script(tmp_path / "fake-c++", f"""
+if [ "$1" = "--version" ]; then echo "fake-c++ 1.0"; exit 0; fi
+echo compile >> {shlex.quote(str(calls))}
+while [ "$#" -gt 1 ]; do
+  if [ "$1" = "-o" ]; then cp {shlex.quote(str(good_library))} "$2"; exit 0; fi
+  shift
+done
+exit 1
+""")
+    return cxx, calls
+
+
+def test_a_kernel_that_does_not_compile_falls_back_with_one_warning(tmp_path):
+    cxx = _script(tmp_path / "broken-c++", "echo 'broken-c++: error: no' >&2; exit 1\n")
+    cache = tmp_path / "home" / "cache" / "kernels"
+    status, warned = _run_model(cache, CXX=str(cxx))
+    assert warned == 1
+    assert status == {"native_layer_norm": False, "library": None,
+                      "reason": "compiling layer_norm.cc failed (broken-c++: error: no)"}
+    assert (cache.stat().st_mode & 0o777) == 0o700  # created private, with its parents
+    assert not list(cache.glob("*.so"))
+
+
+def test_the_cache_directory_is_created_private(tmp_path):
+    made = kernels.private_dir(tmp_path / "a" / "b")
+    assert made.is_dir() and (made.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_cache_directory_others_may_access_is_not_used(tmp_path):
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    cache.chmod(0o755)
+    status, warned = _run_model(cache, CXX="/bin/false")
+    assert warned == 1 and not status["native_layer_norm"]
+    assert "not a private directory" in status["reason"]
+
+
+@needs_compiler
+def test_a_built_library_is_recorded_and_reused(tmp_path, copying_cxx):
+    cxx, calls = copying_cxx
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        status, warned = _run_model(cache, CXX=str(cxx))
+        assert status["native_layer_norm"] and status["reason"] == "loaded" and warned == 0
+    library = Path(status["library"])
+    assert library.parent == cache and library.name.startswith("libmtx_kernels-")
+    assert kernels.record_path(library).read_text() == f"{sha256_of(library)}  {library.name}\n"
+    assert calls.read_text().splitlines() == ["compile"]  # the second run reused it
+
+
+@needs_compiler
+def test_a_library_that_does_not_match_its_record_is_rebuilt_not_loaded(
+        tmp_path, copying_cxx, good_library, monkeypatch):
+    cxx, calls = copying_cxx
+    cache = kernels.private_dir(tmp_path / "cache")
+    monkeypatch.setenv("MTX_KERNEL_CACHE", str(cache))
+    monkeypatch.setenv("CXX", str(cxx))
+    monkeypatch.delenv("CXXFLAGS", raising=False)
+    library = kernels.library_path()  # where the subprocess will look
+    library.write_bytes(b"not the library that was built")
+    kernels.record_path(library).write_text(f"{sha256_of(good_library)}  {library.name}\n")
+    status, warned = _run_model(cache, CXX=str(cxx))
+    assert warned == 1 and calls.read_text().splitlines() == ["compile"]
+    assert status["native_layer_norm"] and status["library"] == str(library)
+    assert library.read_bytes() == good_library.read_bytes()
+
+
+def test_the_cache_key_changes_with_the_compiler_and_its_flags(tmp_path, monkeypatch):
+    monkeypatch.delenv("CXXFLAGS", raising=False)
+    keys = {}
+    for version in ["1.0", "2.0"]:
+        cxx = _script(tmp_path / f"c++-{version}", f"echo 'fake-c++ {version}'\n")
+        monkeypatch.setenv("CXX", str(cxx))
+        keys[version] = kernels.cache_key()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.setenv("CXX", str(shutil.copy(cxx, tmp_path / "elsewhere" / "c++-2.0")))
+    keys["same version, other path"] = kernels.cache_key()
+    monkeypatch.setenv("CXXFLAGS", "-DNDEBUG")
+    keys["flags"] = kernels.cache_key()
+    assert len(set(keys.values())) == 4, keys
+    assert kernels.cache_key() == keys["flags"]  # and stable
 
 
 @pytest.mark.parametrize("hybridize", [False, True])

@@ -1,31 +1,64 @@
 """mtx's native CPU kernels: C++ operators for MXNet 1.9's custom-operator library API.
 
-The sources here are compiled on first use with the system C++ compiler against the headers the
-MXNet wheel ships (``mxnet/include/mxnet/lib_api.h``, ``mxnet/src/lib_api.cc``), cached under
-``build/`` by a hash of sources and MXNet version, and loaded with ``mx.library.load``. They are
-used on machines without a GPU (the operators are CPU-only). When they cannot be built (no
-compiler) or ``MTX_NATIVE_KERNELS=0`` is set, `load` returns False once with a warning and mtx
-runs MXNet's own operators: same numbers, slower (docs/performance.md).
+Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.layers.LayerNorm`. They are CPU-only;
+on a machine with a GPU, MXNet's CUDA operators run instead.
 
-Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.layers.LayerNorm`.
+The sources are compiled on first use (or by ``make install``) with ``$CXX`` (default ``g++``;
+extra flags from ``$CXXFLAGS``) against the headers the MXNet wheel ships
+(``mxnet/include/mxnet/lib_api.h``, ``mxnet/src/lib_api.cc``) and loaded with
+``mx.library.load``. Loading a library runs its code, so it is only loaded from a private cache
+and only when its bytes are those that were built:
+
+- `cache_dir`: ``$MTX_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/mtx/kernels``, else
+  ``~/.cache/mtx/kernels``; created (with its parents) with mode 0700. A directory that another
+  user owns, or that group or others may access, is not used.
+- in it, ``libmtx_kernels-<key>.so`` and ``libmtx_kernels-<key>.so.sha256`` (the library's SHA-256
+  in ``sha256sum`` format, written atomically after the library). ``<key>`` (`cache_key`) hashes
+  the sources, the MXNet version, the CPU's instruction-set flags (the build uses
+  ``-march=native``), the compiler's path and ``--version`` line and the full compile command.
+  A library that does not match its recorded SHA-256 is not loaded: mtx warns and rebuilds it.
+  A library without a record (a build cut short) is rebuilt. ``.lock`` serialises builds.
+
+When the kernels cannot be used (``MTX_NATIVE_KERNELS=0``, no compiler, a failed compile, an
+unsafe cache directory) mtx warns once (`NativeKernelWarning`) and runs MXNet's LayerNorm: same
+numbers, slower (docs/performance.md). `status` says which LayerNorm this process runs and why,
+for training reports and benchmarks.
 """
+import fcntl
 import hashlib
 import os
 import platform
+import shlex
+import shutil
 import subprocess
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import mxnet as mx
 
+from .. import files
+from ..errors import FileWriteError
+
 SOURCES = [Path(__file__).with_name("layer_norm.cc")]
-_loaded = {}
+FLAGS = ["-shared", "-fPIC", "-std=c++11", "-O3", "-march=native", "-fopenmp"]
+_status = {}  # this process's decision, made once by `load`
+
+
+class NativeKernelWarning(UserWarning):
+    """mtx runs MXNet's LayerNorm instead of its native one, or rebuilt a library that did not
+    match its recorded SHA-256."""
+
+
+class _Unavailable(Exception):
+    """The kernels cannot be used here; the message is the reason (one line)."""
 
 
 def cpu_features():
-    """This CPU's instruction-set flags: the library is built with -march=native, so a checkout
-    shared by machines with other CPUs (a cluster's network disk) gets one library per kind."""
+    """This CPU's instruction-set flags: the library is built with -march=native, so a cache
+    shared by machines with other CPUs (a home directory on a network disk) gets one library
+    per kind."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             return next((line for line in cpuinfo if line.startswith("flags")), "")
@@ -33,53 +66,165 @@ def cpu_features():
         return platform.processor()
 
 
-def library_path():
-    """Where the compiled library of these sources, this MXNet and this CPU kind lives."""
-    digest = hashlib.sha256((mx.__version__ + cpu_features()).encode())
+def cache_dir():
+    """Where this user's compiled kernels live (not created here; see `private_dir`)."""
+    if os.environ.get("MTX_KERNEL_CACHE"):
+        return Path(os.environ["MTX_KERNEL_CACHE"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")  # the XDG spec says to ignore a relative one
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "mtx" / "kernels"
+
+
+def private_dir(path):
+    """Create ``path`` and its parents, ``path`` with mode 0700, and return it. _Unavailable when
+    it exists but is not a directory of this user that only this user may access (anyone else
+    who can write there could swap the library mtx loads)."""
+    path = Path(path)
+    try:
+        path.mkdir(mode=0o700, parents=True)
+        path.chmod(0o700)  # mkdir's mode is masked by the umask; this only clears bits
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise _Unavailable(f"cannot create the kernel cache {path} ({err.strerror})") from None
+    info = path.stat()
+    if not path.is_dir() or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise _Unavailable(f"the kernel cache {path} is not a private directory of this user "
+                           f"(mode {info.st_mode & 0o777:o}, owner uid {info.st_uid}); run "
+                           f"`chmod 700 {path}` if it is yours, or set MTX_KERNEL_CACHE")
+    return path
+
+
+def compiler():
+    """``$CXX`` (default g++) as a command list with the program's full path, and the first
+    line of its ``--version``; _Unavailable when it is not installed."""
+    command = shlex.split(os.environ.get("CXX") or "g++")
+    path = shutil.which(command[0]) if command else None
+    if path is None:
+        raise _Unavailable(f"no C++ compiler ({os.environ.get('CXX') or 'g++'} not found; "
+                           f"install g++ or set CXX)")
+    try:
+        done = subprocess.run([path, *command[1:], "--version"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise _Unavailable(f"the C++ compiler {path} does not run ({err})") from None
+    return [path, *command[1:]], (done.stdout.strip().splitlines() or [""])[0]
+
+
+def build_command(output):
+    """The compiler's version line and the full command that compiles the sources to ``output``."""
+    cxx, version = compiler()
+    mxnet_dir = Path(mx.__file__).parent
+    flags = [*FLAGS, *shlex.split(os.environ.get("CXXFLAGS", ""))]
+    return version, [*cxx, *flags, *map(str, SOURCES), str(mxnet_dir / "src" / "lib_api.cc"),
+                     "-I", str(mxnet_dir / "include"), "-o", str(output)]
+
+
+def cache_key():
+    """Hash of everything the library's bytes depend on: sources, MXNet, CPU kind, compiler
+    (path and version) and the compile command."""
+    version, command = build_command("LIBRARY")
+    digest = hashlib.sha256("\0".join([mx.__version__, cpu_features(), version, *command]).encode())
     for source in SOURCES:
         digest.update(source.read_bytes())
-    return Path(__file__).with_name("build") / f"libmtx_kernels-{digest.hexdigest()[:12]}.so"
+    return digest.hexdigest()[:16]
 
 
-def build():
-    """Compile the sources into `library_path` (atomically) and return that path."""
-    target = library_path()
-    if target.exists():
-        return target
-    mxnet_dir = Path(mx.__file__).parent
-    target.parent.mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    command = [os.environ.get("CXX", "g++"), "-shared", "-fPIC", "-std=c++11", "-O3",
-               "-march=native", "-fopenmp", *map(str, SOURCES),
-               str(mxnet_dir / "src" / "lib_api.cc"), "-I", str(mxnet_dir / "include"), "-o", tmp]
-    try:
-        subprocess.run(command, check=True, capture_output=True, text=True)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+def library_path():
+    """Where the library for this machine, compiler and flags lives in `cache_dir`."""
+    return cache_dir() / f"libmtx_kernels-{cache_key()}.so"
+
+
+def record_path(library):
+    """The file beside ``library`` that holds its SHA-256."""
+    return Path(f"{library}.sha256")
+
+
+def build(target):
+    """Compile the sources into ``target`` and record its SHA-256 beside it; both files are
+    written atomically (`mtx.files`), the record last. _Unavailable when compiling fails."""
+    with tempfile.TemporaryDirectory(prefix="mtx-kernels-") as tmp:  # private (mode 0700)
+        built = Path(tmp) / target.name
+        _, command = build_command(built)
+        try:
+            subprocess.run(command, check=True, capture_output=True, text=True, timeout=900)
+        except (OSError, subprocess.SubprocessError) as err:
+            lines = (getattr(err, "stderr", None) or "").strip().splitlines()
+            status = getattr(err, "returncode", None)
+            detail = next((line for line in lines if "error" in line), lines[-1] if lines else
+                          f"{command[0]} exited with status {status}" if status else str(err))
+            raise _Unavailable(f"compiling {SOURCES[0].name} failed ({detail.strip()})") from None
+        digest = files.sha256_of(built)
+        files.atomic_copy(built, target)
+    files.atomic_write_text(record_path(target), f"{digest}  {target.name}\n")
     return target
 
 
+def check(library):
+    """'ok' when ``library`` matches the SHA-256 recorded beside it, 'mismatch' when it does
+    not, 'missing' when the library or its record is absent (a build that never finished)."""
+    try:
+        recorded = record_path(library).read_text().split()[0]
+        actual = files.sha256_of(library)
+    except (OSError, IndexError, UnicodeDecodeError):
+        return "missing"
+    return "ok" if recorded == actual else "mismatch"
+
+
+@contextmanager
+def _locked(directory):
+    """Hold ``directory/.lock``: one process builds and checks a library at a time."""
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def load():
-    """Build (once) and load the kernels; True when their operators are registered."""
-    if "ok" not in _loaded:
-        _loaded["ok"] = _try_load()
-    return _loaded["ok"]
+    """Build (once per machine) and load the kernels; True when their operators are registered.
+    Decided once per process: later calls return the same answer and do not warn again."""
+    if not _status:
+        loaded, reason, library = _try_load()
+        _status.update(native_layer_norm=loaded, reason=reason, library=library)
+    return _status["native_layer_norm"]
+
+
+def status():
+    """Which LayerNorm this process runs, for training reports and benchmarks:
+    ``{"native_layer_norm": bool, "reason": str, "library": path of the loaded library or
+    None}``. Decides (and builds) like `load` if nothing did yet."""
+    load()
+    return dict(_status)
 
 
 def _try_load():
+    """(loaded, reason, library path or None); warns once when the kernels are not used."""
     if os.environ.get("MTX_NATIVE_KERNELS", "1") == "0":
-        return False
+        return _fall_back("MTX_NATIVE_KERNELS=0 is set")
     if mx.context.num_gpus() > 0:
-        return False  # CPU-only operators; MXNet's CUDA kernels are used on GPUs
+        return False, "a GPU is present: MXNet's CUDA operators are used", None
     try:
-        mx.library.load(str(build()), verbose=False)
-        return True
-    except (OSError, subprocess.CalledProcessError, mx.base.MXNetError) as error:
-        detail = getattr(error, "stderr", None) or str(error)
-        warnings.warn(f"mtx native kernels not built ({detail.strip().splitlines()[-1]}); "
-                      f"using MXNet's own LayerNorm (slower). Install a C++ compiler (g++) or "
-                      f"set MTX_NATIVE_KERNELS=0 to silence this.")
-        return False
+        target = private_dir(cache_dir()) / f"libmtx_kernels-{cache_key()}.so"
+        with _locked(target.parent):
+            state = check(target)
+            if state == "mismatch":
+                warnings.warn(f"{target} does not match the SHA-256 recorded beside it; not "
+                              f"loading it, rebuilding it", NativeKernelWarning, stacklevel=3)
+            if state != "ok":
+                build(target)
+                if check(target) != "ok":
+                    raise _Unavailable(f"{target} does not match its SHA-256 right after the build")
+            mx.library.load(str(target), verbose=False)
+    except (_Unavailable, FileWriteError) as err:
+        return _fall_back(str(err))
+    except (OSError, mx.base.MXNetError) as err:
+        return _fall_back(f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[-1]}")
+    return True, "loaded", str(target)
+
+
+def _fall_back(reason):
+    warnings.warn(f"mtx native kernels not used: {reason}. Running MXNet's LayerNorm (same "
+                  f"results, slower).", NativeKernelWarning, stacklevel=4)
+    return False, reason, None
