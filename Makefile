@@ -40,7 +40,7 @@ ablate: install  ## head-count ablation at a fixed width and budget (Hydra multi
 	$(PY) scripts/train.py sweep=heads train.max_minutes=$(ABLATE_MINUTES) hydra.sweep.dir=outputs/ablate $(ARGS)
 	$(PY) scripts/collect.py outputs/ablate
 
-bench: install  ## throughput side by side against the peers
+bench: install  ## throughput side by side against the peers (ARGS="train --impl mtx", ...: python -m mtx.bench --help)
 	$(PY) scripts/bench.py $(ARGS)
 
 clean:

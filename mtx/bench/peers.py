@@ -1,16 +1,38 @@
-"""The peers of scripts/bench.py, built at the common configuration: the d2l book's Transformer
+"""The peers of `mtx.bench`, built from the benchmark's `ModelConfig`: the d2l book's Transformer
 (its exported encoder and the chapter's decoder, written as the chapter has it) and gluonnlp
 0.10's Transformer (`get_transformer_encoder_decoder` + `NMTModel`). Each exposes
-``train_step(batch) -> loss`` and ``greedy(src, src_len, steps)`` over numpy int32 batches."""
+``train_step(batch) -> loss`` and ``greedy(src, src_len, steps, bos)`` over numpy int32 batches.
+
+Both take one layer count for encoder and decoder, one dropout rate, and separate (untied)
+source, target and output embeddings; `peer_sizes` rejects a config they cannot express."""
 import math
 
-import mxnet as mx
+from ..errors import ConfigError
+
+PEER_LEARNING_RATE = 5e-4   # Adam; the step's cost does not depend on it
+PEER_MAX_LENGTH = 500       # gluonnlp's positional-encoding table (its scripts' value)
+
+
+def peer_sizes(model_cfg):
+    """(V, D, F, H, layers, dropout) of ``model_cfg``; ConfigError where a peer cannot build it."""
+    cfg = model_cfg
+    problems = [text for bad, text in [
+        (cfg.num_encoder_layers != cfg.num_decoder_layers, "encoder and decoder layers differ"),
+        (cfg.dropout != cfg.attention_dropout, "dropout and attention_dropout differ"),
+        (cfg.tie_embeddings, "embeddings are tied"),
+        (cfg.pre_norm, "pre_norm is set"),
+        (cfg.heads_per_layer is not None, "heads_per_layer is set")] if bad]
+    if problems:
+        raise ConfigError(f"the peers (gluonnlp, d2l) cannot build this model: "
+                          f"{'; '.join(problems)}")
+    return (cfg.vocab_size, cfg.num_hiddens, cfg.ffn_num_hiddens, cfg.num_heads,
+            cfg.num_encoder_layers, cfg.dropout)
 
 
 class D2LPeer:
     """d2l==1.0.3 (MXNet): plain nn.Blocks; hybridize() compiles only the leaf layers."""
 
-    def __init__(self, cfg, hybridize):
+    def __init__(self, model_cfg, hybridize):
         from mxnet import autograd, gluon, np, npx
         from mxnet.gluon import nn
         from d2l import mxnet as d2l
@@ -64,20 +86,21 @@ class D2LPeer:
                     X, state = blk(X, state)
                 return self.dense(X), state
 
-        V, D, F, H, L, p = (cfg["vocab"], cfg["d_model"], cfg["ffn"], cfg["heads"],
-                            cfg["layers"], cfg["dropout"])
+        V, D, F, H, L, p = peer_sizes(model_cfg)
         self.encoder = d2l.TransformerEncoder(V, D, F, H, L, p)
         self.decoder = Decoder(V, D, F, H, L, p)
         self.model = d2l.EncoderDecoder(self.encoder, self.decoder)
         if hybridize:
             self.model.hybridize()
         self.loss = d2l.MaskedSoftmaxCELoss()
-        self.trainer = gluon.Trainer(self.model.collect_params(), "adam", {"learning_rate": 5e-4})
+        self.trainer = gluon.Trainer(self.model.collect_params(), "adam",
+                                     {"learning_rate": PEER_LEARNING_RATE})
 
     def train_step(self, b):
         np = self.np
         src, src_len = np.array(b.src_tokens), np.array(b.src_valid_len)
-        tgt_in, tgt_out, tgt_len = np.array(b.tgt_in), np.array(b.tgt_out), np.array(b.tgt_valid_len)
+        tgt_in, tgt_out = np.array(b.tgt_in), np.array(b.tgt_out)
+        tgt_len = np.array(b.tgt_valid_len)
         with self.autograd.record():
             out = self.model(src, tgt_in, src_len)
             loss = self.loss(out, tgt_out, tgt_len).sum()
@@ -100,33 +123,35 @@ class D2LPeer:
 class GluonNLPPeer:
     """gluonnlp 0.10: hybridized with static_alloc, as its train_transformer.py does."""
 
-    def __init__(self, cfg, hybridize):
+    def __init__(self, model_cfg, hybridize):
         import warnings
         warnings.filterwarnings("ignore")
+        import mxnet as mx
         from mxnet import autograd, gluon, nd
         import gluonnlp as nlp
         from gluonnlp.model.transformer import get_transformer_encoder_decoder
         from gluonnlp.model.translation import NMTModel
         self.nd, self.autograd = nd, autograd
+        V, D, F, H, L, p = peer_sizes(model_cfg)
 
         class Vocab:
             def __len__(self):
-                return cfg["vocab"]
+                return V
 
         enc, dec, one = get_transformer_encoder_decoder(
-            num_layers=cfg["layers"], num_heads=cfg["heads"], scaled=True, units=cfg["d_model"],
-            hidden_size=cfg["ffn"], dropout=cfg["dropout"], max_src_length=500,
-            max_tgt_length=500)
+            num_layers=L, num_heads=H, scaled=True, units=D, hidden_size=F, dropout=p,
+            max_src_length=PEER_MAX_LENGTH, max_tgt_length=PEER_MAX_LENGTH)
         self.model = NMTModel(src_vocab=Vocab(), tgt_vocab=Vocab(), encoder=enc, decoder=dec,
                               one_step_ahead_decoder=one, share_embed=False,
-                              embed_size=cfg["d_model"], tie_weights=False,
+                              embed_size=D, tie_weights=False,
                               embed_initializer=None, prefix="transformer_")
         self.model.initialize(init=mx.init.Xavier(magnitude=3.0))
         self.loss = nlp.loss.MaskedSoftmaxCELoss()
         if hybridize:
             self.model.hybridize(static_alloc=True)
             self.loss.hybridize(static_alloc=True)
-        self.trainer = gluon.Trainer(self.model.collect_params(), "adam", {"learning_rate": 5e-4})
+        self.trainer = gluon.Trainer(self.model.collect_params(), "adam",
+                                     {"learning_rate": PEER_LEARNING_RATE})
 
     def train_step(self, b):
         nd = self.nd
@@ -150,3 +175,18 @@ class GluonNLPPeer:
             y = logits.argmax(axis=1)
             outs.append(y)
         return nd.stack(*outs, axis=1).asnumpy()
+
+
+PEERS = {"gluonnlp": GluonNLPPeer, "d2l": D2LPeer}
+PEER_PACKAGES = {"gluonnlp": "gluonnlp==0.10.0", "d2l": "d2l==1.0.3"}  # module: pip requirement
+
+
+def installed(name):
+    """Whether peer ``name``'s package imports (mtx's own implementations always do)."""
+    if name not in PEERS:
+        return True
+    try:
+        __import__(name)
+        return True
+    except ImportError:
+        return False

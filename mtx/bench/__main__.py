@@ -1,0 +1,233 @@
+"""Throughput of mtx against its peers (gluonnlp 0.10, the d2l book), side by side (`make bench`).
+
+    python -m mtx.bench [all] [--impl mtx,mtx-bf16,gluonnlp,d2l] [--seconds 60] [--steps 64]
+                        [--run RUN_DIR] [--out FILE]
+    python -m mtx.bench train --impl IMPL[,IMPL...] [--seconds 60] [--warmup-steps 20] [--out FILE]
+    python -m mtx.bench decode --impl IMPL[,IMPL...] [--steps 64] [--max-sentences N] [--out FILE]
+    python -m mtx.bench profile --impl IMPL[,IMPL...] [--steps 20] [--out FILE]
+    python -m mtx.bench translate --run RUN_DIR [--beam 5] [--max-sentences N] [--out FILE]
+    python -m mtx.bench compare-runs RUN_DIR RUN_DIR... [--steps 64] [--rounds 3] [--out FILE]
+
+Common configuration: conf/model/small.yaml (--model) with untied embeddings and the data's
+vocabulary, conf/data/multi30k_en_de.yaml (--data), the same ~4096-token batches for every
+implementation, fp32 (mtx-bf16: mtx with bfloat16 matrix multiplies), OMP_NUM_THREADS threads.
+With one --impl the measurement runs in this process; with several (and in `all`) each runs in a
+process of its own (`python -m mtx.bench <command> --impl X --out FILE`). `all` measures training
+and decoding (plus mtx-recompute, mtx's decoder without its cache) and, with --run, the trained
+run's beam-1 and beam-5 translation. Tables go to stdout, progress to stderr; files are written
+only to --out.
+"""
+import argparse
+import dataclasses
+import logging
+import resource
+import sys
+from pathlib import Path
+
+from ..errors import USER_ERROR, ConfigError, MtxError
+from . import inputs, workers
+from .impls import DECODE_IMPLS, TRAIN_IMPLS
+
+DEFAULT_SECONDS = 60.0        # measured training seconds per implementation
+DEFAULT_DECODE_STEPS = 64     # forced greedy decoding steps
+DEFAULT_PROFILE_STEPS = 20    # profiled training steps per implementation
+DEFAULT_ROUNDS = 3            # rounds of compare-runs
+TRANSLATE_BEAMS = (1, 5)      # `all --run`: greedy and the default beam
+CHILD_OPTIONS = {"train": ("model", "data", "seconds", "warmup_steps"),
+                 "decode": ("model", "data", "steps", "max_sentences"),
+                 "profile": ("model", "data", "steps", "warmup_steps")}
+log = logging.getLogger("mtx.bench")
+
+
+def impl_names(text, known):
+    """'mtx,d2l' -> ['mtx', 'd2l'], or ConfigError naming the unknown one and the choices."""
+    names = [n for n in text.split(",") if n]
+    for name in names:
+        if name not in known:
+            raise ConfigError(f"--impl {name}: unknown implementation; choose from "
+                              f"{', '.join(known)}")
+    if not names:
+        raise ConfigError(f"--impl is empty; choose from {', '.join(known)}")
+    return names
+
+
+def measure(kind, args, name):
+    """One measurement of ``kind`` of implementation ``name`` in this process -> its report."""
+    from mxnet import npx
+    from .machine import describe
+    from .peers import PEER_PACKAGES, installed
+    if not installed(name):
+        raise ConfigError(f"--impl {name}: not installed; pip install {PEER_PACKAGES[name]}")
+    if name != "gluonnlp":  # gluonnlp 0.10 runs on the legacy ndarray API
+        npx.set_np()
+    if kind == "translate":
+        result, model_cfg = workers.measure_translate(args.run, args.beam, args.max_sentences)
+    elif kind == "train":
+        result, model_cfg = workers.measure_train(name, args.model, args.data, args.seconds,
+                                                  args.warmup_steps)
+    elif kind == "decode":
+        result, model_cfg = workers.measure_decode(name, args.model, args.data, args.steps,
+                                                   args.max_sentences)
+    else:
+        result, model_cfg = workers.measure_profile(name, args.model, args.data, args.steps,
+                                                    args.warmup_steps)
+    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return {"machine": describe(), "model_config": dataclasses.asdict(model_cfg),
+            kind: {name: result}}
+
+
+def child_result(child, kind, name):
+    """The measurement ``kind`` of ``name`` in a child's report, or the child's error."""
+    return child.get(kind, {}).get(name, child)
+
+
+def measure_in_children(kind, args, names, report):
+    """Each implementation's measurement in a process of its own, into ``report[kind]``."""
+    from .peers import PEER_PACKAGES, installed
+    report.setdefault(kind, {})
+    for name in names:
+        if not installed(name):
+            report[kind][name] = {"skipped": f"{name} not installed ({PEER_PACKAGES[name]})"}
+            continue
+        options = [(f"--{key.replace('_', '-')}", getattr(args, key))
+                   for key in CHILD_OPTIONS[kind] if getattr(args, key) is not None]
+        child = workers.run_child(kind, "--impl", name, *[x for pair in options for x in pair])
+        report[kind][name] = child_result(child, kind, name)
+        if child.get("model_config"):
+            report.setdefault("model_config", child["model_config"])
+        log.info("%s %s %s", name, kind, {k: v for k, v in report[kind][name].items()
+                                          if not isinstance(v, (dict, list))})
+    return report
+
+
+def run_measurements(args):
+    """train, decode, profile: one implementation here, several in child processes."""
+    from . import tables
+    from .machine import describe
+    names = impl_names(args.impl, DECODE_IMPLS if args.command == "decode" else TRAIN_IMPLS)
+    if len(names) == 1:
+        report = measure(args.command, args, names[0])
+    else:
+        report = measure_in_children(args.command, args, names, {"machine": describe()})
+    results = report[args.command]
+    table = (tables.profile_table(results) if args.command == "profile"
+             else tables.results_table(results))
+    header = [tables.machine_line(report["machine"]), tables.kernels_line(results)]
+    return report, "\n".join([*filter(None, header), "", table])
+
+
+def run_translate(args):
+    from . import tables
+    report = measure("translate", args, f"beam{args.beam}")
+    return report, tables.results_table(report["translate"])
+
+
+def run_compare_runs(args):
+    from mxnet import npx
+    from . import tables
+    from .machine import describe
+    npx.set_np()
+    results = workers.compare_runs(args.run_dirs, args.data, args.steps, args.rounds)
+    return {"machine": describe(), "compare_runs": results}, tables.compare_runs_table(results)
+
+
+def run_all(args):
+    """Training and decoding of every implementation side by side; with --run, translation."""
+    from . import tables
+    from .machine import describe, gemm_peak
+    names = impl_names(args.impl, TRAIN_IMPLS)
+    report = {"machine": describe(), "gemm_peak_gflop_s": round(gemm_peak(), 1),
+              "gemm_peak_bf16_gflop_s": round(gemm_peak("bfloat16"), 1)}
+    measure_in_children("train", args, names, report)
+    measure_in_children("decode", args, names + (["mtx-recompute"] if "mtx" in names else []),
+                        report)
+    if args.run:
+        report["translate"] = {}
+        for beam in TRANSLATE_BEAMS:
+            child = workers.run_child("translate", "--run", args.run, "--beam", beam)
+            report["translate"][f"beam{beam}"] = child_result(child, "translate", f"beam{beam}")
+    return report, tables.summary_table(report)
+
+
+def option_groups():
+    """Parent parsers of the options several commands share."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", type=Path, help="write the JSON report here (nothing else is "
+                        "written)")
+    config = argparse.ArgumentParser(add_help=False)
+    config.add_argument("--model", default=inputs.DEFAULT_MODEL, help="conf/model/<name>.yaml")
+    config.add_argument("--data", default=inputs.DEFAULT_DATA, help="conf/data/<name>.yaml")
+    training = argparse.ArgumentParser(add_help=False)
+    training.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
+                          help="measured training seconds per implementation")
+    training.add_argument("--warmup-steps", type=int, default=workers.WARMUP_STEPS,
+                          help="untimed training steps first")
+    decoding = argparse.ArgumentParser(add_help=False)
+    decoding.add_argument("--steps", type=int, default=DEFAULT_DECODE_STEPS,
+                          help="forced greedy decoding steps")
+    decoding.add_argument("--max-sentences", type=int, help="only the first N test sentences")
+    return common, config, training, decoding
+
+
+def add_impl(parser, default=None):
+    parser.add_argument("--impl", default=default, required=default is None,
+                        help=f"implementation(s), comma-separated: {', '.join(DECODE_IMPLS)} "
+                        f"(mtx-recompute: decode only)")
+
+
+def build_parser():
+    common, config, training, decoding = option_groups()
+    ap = argparse.ArgumentParser(prog="python -m mtx.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("all", parents=[common, config, training, decoding],
+                       help="train + decode tables side by side (the default)")
+    add_impl(p, default=",".join(TRAIN_IMPLS))
+    p.add_argument("--run", help="a trained run: also time its beam-1 / beam-5 translation")
+    add_impl(sub.add_parser("train", parents=[common, config, training],
+                            help="training throughput"))
+    add_impl(sub.add_parser("decode", parents=[common, config, decoding],
+                            help="greedy decoding speed"))
+    p = sub.add_parser("profile", parents=[common, config], help="MXNet profiler, ms per operator")
+    add_impl(p)
+    p.add_argument("--steps", type=int, default=DEFAULT_PROFILE_STEPS, help="profiled steps")
+    p.add_argument("--warmup-steps", type=int, default=workers.WARMUP_STEPS)
+    p = sub.add_parser("translate", parents=[common], help="a trained run's real translation")
+    p.add_argument("--run", required=True, help="a training run directory")
+    p.add_argument("--beam", type=int, default=TRANSLATE_BEAMS[-1])
+    p.add_argument("--max-sentences", type=int, help="only the first N test sentences")
+    p = sub.add_parser("compare-runs", parents=[common],
+                       help="forced-step greedy decoding of trained runs, in turn, in one process")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--data", default=inputs.DEFAULT_DATA, help="conf/data/<name>.yaml")
+    p.add_argument("--steps", type=int, default=DEFAULT_DECODE_STEPS)
+    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
+    return ap
+
+
+COMMANDS = {"all": run_all, "train": run_measurements, "decode": run_measurements,
+            "profile": run_measurements, "translate": run_translate,
+            "compare-runs": run_compare_runs}
+
+
+def main(argv=None):
+    """Parse ``argv`` (no command, or options first: `all`), run, print the table."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = ["all", *argv]
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        report, table = COMMANDS[args.command](args)
+        if args.out:
+            from ..files import atomic_write_json
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(args.out, report)
+    except MtxError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(USER_ERROR)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

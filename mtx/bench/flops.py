@@ -1,0 +1,41 @@
+"""Model FLOPs of one training step, from the `ModelConfig` the step was built with.
+
+Counted on real (unpadded) tokens, forward + backward = 3 x forward, so a multiply-add is 2 FLOPs
+forward and 6 per step. With D = num_hiddens, F = ffn_num_hiddens, V = vocab_size, Le/Ld encoder
+and decoder layers, and per sentence S source and T target tokens:
+    dense       6 x (params the token passes through) x tokens:
+                encoder layer 4 D^2 (Q, K, V, out) + 2 D F (FFN)   per source token
+                decoder layer 8 D^2 (self + cross) + 2 D F         per target token
+                output projection D V                              per target token
+    attention   3 x 2 x 2 x D x Tq x Tk per layer (scores and weighted sum):
+                Le x S^2 + Ld x (T^2 + T S)
+This is the count of the peers' comparison (the same formula for gluonnlp and d2l): it charges the
+cross-attention K/V projections to target tokens and ignores softmax, LayerNorm and embeddings.
+"""
+import numpy as onp
+
+from ..errors import ConfigError
+
+FLOPS_PER_MULTIPLY_ADD = 2
+FORWARD_AND_BACKWARD = 3   # the backward pass costs about twice the forward
+ATTENTION_PRODUCTS = 2     # Q K^T and weights x V
+
+
+def train_flops(model_cfg, batch):
+    """FLOPs of one training step of ``model_cfg`` on ``batch`` (its src_valid_len (B,) and
+    tgt_valid_len (B,) count the tokens)."""
+    if model_cfg.heads_per_layer is not None:
+        raise ConfigError("the FLOP count assumes num_heads in every layer; a pruned model "
+                          "(model.heads_per_layer) is not a benchmark configuration")
+    d, ffn = model_cfg.num_hiddens, model_cfg.ffn_num_hiddens
+    enc_layers, dec_layers = model_cfg.num_encoder_layers, model_cfg.num_decoder_layers
+    step = FLOPS_PER_MULTIPLY_ADD * FORWARD_AND_BACKWARD
+    enc = enc_layers * (4 * d * d + 2 * d * ffn)
+    dec = dec_layers * (8 * d * d + 2 * d * ffn)
+    out = d * model_cfg.vocab_size
+    s = onp.asarray(batch.src_valid_len).astype(onp.int64)
+    t = onp.asarray(batch.tgt_valid_len).astype(onp.int64)
+    dense = step * (enc * s.sum() + (dec + out) * t.sum())
+    attn = step * ATTENTION_PRODUCTS * d * (enc_layers * (s * s).sum()
+                                            + dec_layers * ((t * t).sum() + (t * s).sum()))
+    return float(dense + attn)

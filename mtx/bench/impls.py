@@ -1,0 +1,101 @@
+"""The implementations a benchmark measures, each as a training step and a greedy decoder.
+
+    mtx, mtx-bf16   mtx in float32 / with bfloat16 matrix multiplies (train.precision)
+    mtx-recompute   (decoding only) mtx without its key/value cache: the whole prefix at each step
+    gluonnlp, d2l   the peers (`mtx.bench.peers`)
+
+A training step is a callable ``step(batch) -> loss array`` (the step is done when the array is
+read); a greedy decoder is ``greedy(src, src_len, steps, bos) -> (B, steps) ids`` that always
+decodes exactly ``steps`` positions (no early stop, so every model does the same work).
+"""
+import tempfile
+
+from .peers import PEERS
+
+MTX_PRECISIONS = {"mtx": "float32", "mtx-bf16": "bfloat16"}
+TRAIN_IMPLS = (*MTX_PRECISIONS, *PEERS)
+DECODE_IMPLS = (*TRAIN_IMPLS, "mtx-recompute")
+BENCH_SEED = 1
+
+
+def precision_of(name):
+    """The matrix-multiply precision implementation ``name`` runs in."""
+    return MTX_PRECISIONS.get(name.replace("-recompute", ""), "float32")
+
+
+def mtx_training_step(corpus, model_cfg, data_cfg, precision):
+    """mtx's training step of ``model_cfg`` in ``precision``, as `mtx.trainer.Fit` runs it (its
+    optimizer, learning-rate schedule, clipping and loss; one CPU device): a callable
+    ``step(batch) -> nll`` (the batch's summed negative log-likelihood, an mxnet array).
+    Fit's run directory (it makes ``checkpoints/`` there) is a temporary one that lives as long as
+    the step."""
+    import mxnet as mx
+    from ..config import DecodeConfig, TrainConfig
+    from ..parallel import DataParallel
+    from ..trainer import Fit
+    run_dir = tempfile.TemporaryDirectory(prefix="mtx-bench-run-")
+    fit = Fit(corpus, model_cfg, data_cfg, TrainConfig(precision=precision), DecodeConfig(),
+              run_dir.name, DataParallel([mx.cpu()]), seed=BENCH_SEED)
+
+    def step(batch):
+        return fit.train_step(batch)[0]  # (nll, finite flag, tokens) -> nll
+
+    step.run_dir = run_dir  # the directory is removed when the step is
+    return step
+
+
+def mtx_model(model_cfg, precision):
+    """An untrained mtx `Transformer` built as training builds it (Xavier initialisation, matrix
+    multiplies in ``precision``, hybridized with static_alloc), on the CPU."""
+    import mxnet as mx
+    from ..model import Transformer
+    from ..precision import set_precision
+    model = Transformer(model_cfg)
+    model.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    set_precision(model, precision)
+    model.hybridize(static_alloc=True)
+    return model
+
+
+def cached_greedy(model, src, src_len, steps, bos):
+    """Greedy decoding with mtx's key/value cache for exactly ``steps`` positions: (B, steps)."""
+    from mxnet import np
+    src, src_len = np.array(src), np.array(src_len)
+    y, outs = np.full((src.shape[0],), bos, dtype="int32"), []
+    state = model.init_state(src, src_len)
+    for _ in range(steps):
+        y = model.step(y, state)[0].argmax(axis=-1).astype("int32")
+        outs.append(y)
+    return np.stack(outs, axis=1).asnumpy()
+
+
+def recompute_greedy(model, src, src_len, steps, bos):
+    """Greedy decoding that runs the whole prefix through the decoder at every step (no cache),
+    for exactly ``steps`` positions: (B, steps)."""
+    from mxnet import nd, np
+    from ..masks import causal_valid_len
+    src, src_len = np.array(src), np.array(src_len)
+    y = np.full((src.shape[0],), bos, dtype="int32")
+    memory, prefix = model.encode(src, src_len), [y]
+    for _ in range(steps):
+        tgt = model.tgt_embed(np.stack(prefix, axis=1))  # (B, t, D)
+        hidden = model.decoder(tgt, memory, src_len, causal_valid_len(nd, tgt, src_len))
+        y = model.output(hidden[:, -1:])[:, 0].argmax(axis=-1).astype("int32")  # (B,)
+        prefix.append(y)
+    return np.stack(prefix[1:], axis=1).asnumpy()
+
+
+def training_step(name, corpus, model_cfg, data_cfg):
+    """Implementation ``name``'s training step (see the module docstring)."""
+    if name in MTX_PRECISIONS:
+        return mtx_training_step(corpus, model_cfg, data_cfg, MTX_PRECISIONS[name])
+    return PEERS[name](model_cfg, hybridize=True).train_step
+
+
+def greedy_decoder(name, model_cfg):
+    """Implementation ``name``'s greedy decoder (see the module docstring)."""
+    if name in PEERS:
+        return PEERS[name](model_cfg, hybridize=True).greedy
+    model = mtx_model(model_cfg, precision_of(name))
+    search = recompute_greedy if name.endswith("-recompute") else cached_greedy
+    return lambda src, src_len, steps, bos: search(model, src, src_len, steps, bos)

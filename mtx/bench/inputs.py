@@ -1,0 +1,107 @@
+"""What every measurement starts from: the model and data configs read from ``conf/``, the corpus,
+the training batches and the decoding batches. Every implementation gets the same ones."""
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as onp
+from omegaconf import OmegaConf
+
+from ..config import DataConfig, ModelConfig, from_dict
+from ..errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+DEFAULT_MODEL = "small"            # conf/model/small.yaml
+DEFAULT_DATA = "multi30k_en_de"    # conf/data/multi30k_en_de.yaml
+CORPUS_SEED = 1                    # toy data and the training batches' shuffle
+TRAIN_BATCH_TOKENS = 4096          # padded tokens per training batch, for every implementation
+DECODE_SPLIT = "test_2016_flickr"  # Multi30k's test split (the toy task uses the same name)
+DECODE_BATCH = 64                  # sentences per greedy decoding batch
+
+
+def group_config(group, name):
+    """conf/<group>/<name>.yaml as a plain dict (interpolations such as oc.env resolved)."""
+    path = CONF_DIR / group / f"{name}.yaml"
+    if not path.is_file():
+        choices = ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+        raise ConfigError(f"--{group} {name}: there is no {path}; choose one of {choices}")
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+def model_config(name, vocab_size):
+    """conf/model/<name>.yaml with the data's ``vocab_size`` and untied embeddings: the peers
+    (gluonnlp ``share_embed=False, tie_weights=False``, d2l) have separate source, target and
+    output matrices, so mtx is measured with them too."""
+    cfg = from_dict(ModelConfig, group_config("model", name), "model")
+    return dataclasses.replace(cfg, tie_embeddings=False, vocab_size=vocab_size)
+
+
+def data_config(name):
+    """conf/data/<name>.yaml; its raw_dir falls back on MTX_MULTI30K_DIR as in training."""
+    values = group_config("data", name)
+    if values.get("raw_dir"):
+        values["raw_dir"] = os.path.abspath(values["raw_dir"])
+    return from_dict(DataConfig, values, "data")
+
+
+def cache_dir():
+    """Where the SentencePiece model and the downloaded data are cached: MTX_CACHE, else
+    ``.cache`` in the working directory."""
+    return Path(os.environ.get("MTX_CACHE", ".cache"))
+
+
+def load_corpus(data_cfg):
+    """The corpus of ``data_cfg`` with a tokenizer built on its training split."""
+    from ..corpus import load_corpus as load
+    return load(data_cfg, cache_dir(), seed=CORPUS_SEED)
+
+
+def load(model_name, data_name):
+    """(corpus, ModelConfig, DataConfig) of a measurement; the vocabulary size comes from the
+    corpus's tokenizer."""
+    data_cfg = data_config(data_name)
+    corpus = load_corpus(data_cfg)
+    return corpus, model_config(model_name, len(corpus.tokenizer)), data_cfg
+
+
+def train_batches(corpus, data_cfg):
+    """The training pairs no longer than data.max_len in shuffled ~4096-token batches."""
+    from ..batching import bucket_batches
+    return bucket_batches(*corpus.train_pairs(data_cfg.max_len), TRAIN_BATCH_TOKENS,
+                          shuffle=True, seed=CORPUS_SEED)
+
+
+def decode_batches(corpus, max_sentences=None, batch_size=DECODE_BATCH):
+    """The test split's source ids -> [(src (B, S) int32 with EOS, lengths (B,))] in file order;
+    ``max_sentences``: only the first ones (for a quick check)."""
+    from ..vocab import EOS
+    ids = corpus.ids[DECODE_SPLIT][0][:max_sentences]
+    batches = []
+    for start in range(0, len(ids), batch_size):
+        rows = [s + [EOS] for s in ids[start:start + batch_size]]
+        src = onp.zeros((len(rows), max(map(len, rows))), "int32")
+        for r, s in enumerate(rows):
+            src[r, :len(s)] = s
+        batches.append((src, onp.array([len(s) for s in rows], "int32")))
+    return batches
+
+
+def test_text(data_cfg, max_sentences=None):
+    """(source lines, reference lines) of the test split for a trained run's data config."""
+    from ..multi30k import load_multi30k
+    from ..toy import make_toy
+    if data_cfg.name == "toy":
+        text = make_toy(data_cfg.task, data_cfg.num_symbols, data_cfg.min_len,
+                        data_cfg.max_toy_len, data_cfg.sizes, CORPUS_SEED)
+    else:
+        raw_dir = os.environ.get("MTX_MULTI30K_DIR") or data_cfg.raw_dir
+        text = load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, raw_dir, cache_dir())
+    src, ref = text[DECODE_SPLIT]
+    return src[:max_sentences], ref[:max_sentences]
+
+
+def decode_config(beam):
+    """conf/decode/greedy.yaml for beam 1, else conf/decode/beam.yaml with ``beam_size=beam``."""
+    from ..config import DecodeConfig
+    values = group_config("decode", "greedy" if beam == 1 else "beam")
+    return from_dict(DecodeConfig, {**values, "beam_size": beam}, "decode")

@@ -1,0 +1,61 @@
+"""The machine a benchmark ran on, and its matrix-multiply peaks (the MFU denominators)."""
+import os
+import time
+
+CPUINFO = "/proc/cpuinfo"
+# Instruction-set flags that decide bfloat16 (and float32) matrix-multiply speed in oneDNN.
+RELEVANT_FLAG_PREFIXES = ("avx512", "amx")
+GEMM_SIZE = 2048     # square FullyConnected, (GEMM_SIZE, GEMM_SIZE) x (GEMM_SIZE, GEMM_SIZE)
+GEMM_REPEATS = 10    # the best of these many
+
+
+def cpu_info(path=CPUINFO):
+    """(model name, sorted relevant flags) of the first CPU in /proc/cpuinfo; ("unknown", [])
+    where there is none (not Linux)."""
+    fields = {}
+    try:
+        with open(path) as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+                if not line.strip():
+                    break  # the first processor's block is enough
+    except OSError:
+        return "unknown", []
+    flags = sorted(f for f in fields.get("flags", "").split()
+                   if f.startswith(RELEVANT_FLAG_PREFIXES))
+    return fields.get("model name", "unknown"), flags
+
+
+def describe():
+    """CPU model and its AVX512/AMX flags, core count, MXNet version, OMP_NUM_THREADS."""
+    import mxnet as mx
+    model, flags = cpu_info()
+    return {"cpu": model, "cpu_flags": flags, "cores": os.cpu_count(),
+            "mxnet": mx.__version__, "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+
+
+def kernel_status():
+    """Whether mtx's native kernels (the LayerNorm operator) are in use in this process:
+    `mtx.kernels.status()` where it exists, else whether `mtx.kernels.load()` registered them."""
+    from .. import kernels
+    status = getattr(kernels, "status", None)
+    return dict(status()) if callable(status) else {"native_layer_norm": kernels.load()}
+
+
+def gemm_peak(dtype="float32"):
+    """Best of 10 2048^3 FullyConnected, GFLOP/s. ``bfloat16`` runs through oneDNN with MXNet's
+    own bfloat16 dtype (`mxnet.contrib.amp.amp.bfloat16`, a structured numpy dtype): the string
+    'bfloat16' is not understood by `amp_cast` in the 1.9.1 wheel, this dtype is."""
+    import mxnet as mx
+    shape = (GEMM_SIZE, GEMM_SIZE)
+    a, w = mx.nd.random.normal(shape=shape), mx.nd.random.normal(shape=shape)
+    if dtype == "bfloat16":
+        from mxnet.contrib.amp.amp import bfloat16
+        a, w = mx.nd.amp_cast(a, dtype=bfloat16), mx.nd.amp_cast(w, dtype=bfloat16)
+    best = float("inf")
+    for _ in range(GEMM_REPEATS):
+        tic = time.perf_counter()
+        mx.nd.FullyConnected(a, w, num_hidden=GEMM_SIZE, no_bias=True).wait_to_read()
+        best = min(best, time.perf_counter() - tic)
+    return 2 * GEMM_SIZE ** 3 / best / 1e9

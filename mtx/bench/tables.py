@@ -1,0 +1,77 @@
+"""Markdown tables of benchmark reports (the JSON written with --out holds every number)."""
+
+
+def _cell(result, key):
+    """``result[key]``, or why there is none (skipped, error), or '-'."""
+    return result.get(key, result.get("skipped", result.get("error", "-")))
+
+
+def machine_line(machine):
+    flags = " ".join(machine["cpu_flags"]) or "no AVX512/AMX"
+    return (f"{machine['cpu']} ({machine['cores']} cores, flags: {flags}), MXNet "
+            f"{machine['mxnet']}, OMP_NUM_THREADS={machine['omp_num_threads']}")
+
+
+def kernels_line(results):
+    """Which LayerNorm each mtx implementation ran, and in which precision."""
+    used = [f"{name}: {r['precision']}, native LayerNorm "
+            f"{'yes' if r['kernels'].get('native_layer_norm') else 'no'}"
+            for name, r in results.items() if "kernels" in r]
+    return "; ".join(used)
+
+
+def results_table(results):
+    """impl rows, one column per scalar field (lists and dicts stay in the JSON)."""
+    keys = list(dict.fromkeys(k for r in results.values() for k, v in r.items()
+                              if not isinstance(v, (list, dict))))
+    lines = ["| implementation | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(str(r.get(k, "-")) for k in keys) + " |"
+              for name, r in results.items()]
+    return "\n".join(lines)
+
+
+def profile_table(profiles):
+    """Side-by-side `measure_profile` results: operator rows, impl columns."""
+    names = list(profiles)
+    ops = list(dict.fromkeys(op for p in profiles.values() for op in p.get("operators_ms", {})))
+    lines = ["| ms per step | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|",
+             "| **whole step (wall, under the profiler)** | "
+             + " | ".join(str(_cell(p, "ms_per_step")) for p in profiles.values()) + " |"]
+    for op in ops:
+        lines.append(f"| {op} | " + " | ".join(str(p.get("operators_ms", {}).get(op, "-"))
+                                             for p in profiles.values()) + " |")
+    return "\n".join(lines)
+
+
+def summary_table(report):
+    """`all`: training and decoding side by side, each implementation's ratio to mtx."""
+    peak = report["gemm_peak_gflop_s"]
+    mtx_train, mtx_dec = report["train"].get("mtx", {}), report["decode"].get("mtx", {})
+    bf16_train = report["train"].get("mtx-bf16", {})
+    lines = [machine_line(report["machine"]),
+             f"matrix-multiply peak: {peak} GFLOP/s fp32, {report['gemm_peak_bf16_gflop_s']} "
+             f"GFLOP/s bfloat16", kernels_line({**report["train"], **report["decode"]}), "",
+             "| implementation | train tok/s | MFU | peak RSS MB | mtx / it (train) "
+             "| mtx-bf16 / it (train) | greedy sent/s | mtx / it (decode) |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def ratio(a, b, k):
+        return f"{a[k] / b[k]:.2f}" if k in a and k in b else "-"
+    for name in dict.fromkeys([*report["train"], *report["decode"]]):
+        t, d = report["train"].get(name, {}), report["decode"].get(name, {})
+        mfu = f"{100 * t['gflop_s'] / peak:.0f}%" if "gflop_s" in t else "-"
+        lines.append(f"| {name} | {_cell(t, 'tok_s')} | {mfu} "
+                     f"| {t.get('peak_rss_mb', d.get('peak_rss_mb', '-'))} "
+                     f"| {ratio(mtx_train, t, 'tok_s')} | {ratio(bf16_train, t, 'tok_s')} "
+                     f"| {_cell(d, 'sent_s')} | {ratio(mtx_dec, d, 'sent_s')} |")
+    for beam, r in report.get("translate", {}).items():
+        lines.append(f"\n{beam}: {r.get('sent_s')} sentences/s, {r.get('tok_s')} tokens/s, "
+                     f"{r.get('seconds')} s for test_2016_flickr, sacreBLEU {r.get('sacrebleu')}")
+    return "\n".join(lines)
+
+
+def compare_runs_table(results):
+    lines = ["| run | heads | best s | seconds | speed-up vs first |", "|---|---|---|---|---|"]
+    lines += [f"| {run} | {r['heads']} | {r['best']} | {r['seconds']} | {r['speedup_vs_first']} |"
+              for run, r in results.items()]
+    return "\n".join(lines)

@@ -1,0 +1,180 @@
+"""The measurements. Each runs in a process of its own (`python -m mtx.bench <command> --impl X
+--out FILE`; `run_child` starts one), so peak memory and warm caches belong to one implementation.
+
+Training: target tokens/s over consecutive steps on the common batches after WARMUP_STEPS steps,
+the median over windows of at least WINDOW_SECONDS, and model FLOP/s (`mtx.bench.flops`).
+Decoding: greedy, DECODE_BATCH sentences a batch, the same forced number of steps for everyone.
+"""
+import itertools
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as onp
+
+from . import inputs
+from .flops import train_flops
+from .impls import greedy_decoder, precision_of, training_step
+from .machine import kernel_status
+
+WARMUP_STEPS = 20                # training steps before any timing (graphs, allocator, caches)
+WINDOW_SECONDS = 10.0            # training throughput: the median over windows this long
+DECODE_WARMUP_STEPS = 4          # forced steps of one untimed decode of the first batch
+TRANSLATE_WARMUP_SENTENCES = 32  # translated once, untimed, before the timed translation
+PROFILE_MIN_MS = 1.0             # operators under this many ms per step are left out
+
+
+def impl_facts(name):
+    """What an implementation ran with: its precision and, for mtx, its native kernels."""
+    facts = {"precision": precision_of(name)}
+    if name.startswith("mtx"):
+        facts["kernels"] = kernel_status()
+    return facts
+
+
+def timed_steps(step, batches, seconds, flops_of, warmup_steps):
+    """[(seconds, target tokens, FLOPs)] of consecutive steps over ``batches`` (cycled):
+    ``warmup_steps`` steps, then steps until ``seconds`` of them (and at least one) are measured."""
+    timed, measured = [], 0.0
+    for b in itertools.cycle(batches):
+        if len(timed) > warmup_steps and measured >= seconds:
+            return timed
+        tic = time.perf_counter()
+        float(step(b).asnumpy())  # synchronise: the step is done
+        dt = time.perf_counter() - tic
+        timed.append((dt, b.num_tgt_tokens, flops_of(b)))
+        measured += dt if len(timed) > warmup_steps else 0
+
+
+def throughput(measured):
+    """Median target tokens/s over windows of >= WINDOW_SECONDS, each window's rate, and model
+    GFLOP/s over all ``measured`` (seconds, tokens, FLOPs) steps."""
+    def rate(steps, k):
+        return sum(s[k] for s in steps) / sum(s[0] for s in steps)
+    windows, current = [], []
+    for s in measured:
+        current.append(s)
+        if sum(x[0] for x in current) >= WINDOW_SECONDS:
+            windows.append(current)
+            current = []
+    windows = windows or [measured]  # a run shorter than one window is one window
+    return {"tok_s": round(float(onp.median([rate(w, 1) for w in windows])), 1),
+            "tok_s_windows": [round(rate(w, 1)) for w in windows],
+            "gflop_s": round(rate(measured, 2) / 1e9, 1)}
+
+
+def measure_train(name, model_name, data_name, seconds, warmup_steps=WARMUP_STEPS):
+    """Training throughput of implementation ``name`` -> (result, ModelConfig)."""
+    corpus, model_cfg, data_cfg = inputs.load(model_name, data_name)
+    batches = inputs.train_batches(corpus, data_cfg)
+    step = training_step(name, corpus, model_cfg, data_cfg)
+    timed = timed_steps(step, batches, seconds, lambda b: train_flops(model_cfg, b), warmup_steps)
+    result = {**throughput(timed[warmup_steps:]), "steps": len(timed),
+              "warmup_steps": warmup_steps}
+    return {**result, **impl_facts(name)}, model_cfg
+
+
+def measure_profile(name, model_name, data_name, steps, warmup_steps=WARMUP_STEPS):
+    """MXNet's profiler (aggregate stats) over ``steps`` training steps after ``warmup_steps``:
+    wall ms per step and {operator: ms per step}, largest first -> (result, ModelConfig)."""
+    import mxnet as mx
+    corpus, model_cfg, data_cfg = inputs.load(model_name, data_name)
+    batches = itertools.cycle(inputs.train_batches(corpus, data_cfg))
+    step = training_step(name, corpus, model_cfg, data_cfg)
+    for b in itertools.islice(batches, warmup_steps):
+        float(step(b).asnumpy())
+    with tempfile.TemporaryDirectory(prefix="mtx-bench-profile-") as tmp:
+        mx.profiler.set_config(profile_all=True, aggregate_stats=True,
+                               filename=str(Path(tmp) / "profile.json"))
+        mx.profiler.set_state("run")
+        tic = time.perf_counter()
+        for b in itertools.islice(batches, steps):
+            float(step(b).asnumpy())
+        seconds = time.perf_counter() - tic
+        mx.profiler.set_state("stop")
+        operators = json.loads(mx.profiler.dumps(format="json"))["Time"]["operator"]
+    ms = sorted(((op, s["Total"] / steps) for op, s in operators.items()), key=lambda kv: -kv[1])
+    result = {"ms_per_step": round(1000 * seconds / steps, 1),
+              "operators_ms": {op: round(v, 1) for op, v in ms if v >= PROFILE_MIN_MS}}
+    return {**result, **impl_facts(name)}, model_cfg
+
+
+def measure_decode(name, model_name, data_name, steps, max_sentences=None):
+    """Forced-length greedy decoding of the test split -> (sentences/s and seconds, ModelConfig)."""
+    from ..vocab import BOS
+    corpus, model_cfg, _ = inputs.load(model_name, data_name)
+    greedy = greedy_decoder(name, model_cfg)
+    batches = inputs.decode_batches(corpus, max_sentences)
+    greedy(*batches[0], DECODE_WARMUP_STEPS, BOS)
+    tic = time.perf_counter()
+    for src, src_len in batches:
+        greedy(src, src_len, steps, BOS)
+    seconds = time.perf_counter() - tic
+    sentences = sum(len(src) for src, _ in batches)
+    result = {"sent_s": round(sentences / seconds, 1), "seconds": round(seconds, 2)}
+    return {**result, **impl_facts(name)}, model_cfg
+
+
+def measure_translate(run_dir, beam, max_sentences=None):
+    """A trained run's real translation of the test split (conf/decode/greedy.yaml for beam 1,
+    else conf/decode/beam.yaml with ``beam``) -> (speed and sacreBLEU, the run's ModelConfig)."""
+    import mxnet as mx
+    from ..evaluation import translate_and_score
+    from ..rundir import load_run
+    model, tokenizer, data_cfg = load_run(run_dir, mx.cpu())
+    model.hybridize(static_alloc=True)
+    src, ref = inputs.test_text(data_cfg, max_sentences)
+    cfg = inputs.decode_config(beam)
+    warm = slice(TRANSLATE_WARMUP_SENTENCES)
+    translate_and_score(model, tokenizer, cfg, mx.cpu(), src[warm], ref[warm], data_cfg.tgt_lang)
+    hyps, scores = translate_and_score(model, tokenizer, cfg, mx.cpu(), src, ref, data_cfg.tgt_lang)
+    tokens = sum(len(t) for t in tokenizer.encode(hyps)) + len(hyps)  # + EOS each
+    return {"sent_s": scores["sentences_per_second"], "seconds": scores["decode_seconds"],
+            "tok_s": round(tokens / scores["decode_seconds"], 1), "sacrebleu": scores["sacrebleu"],
+            "precision": "float32", "kernels": kernel_status()}, model.cfg
+
+
+def run_child(command, *args):
+    """``python -m mtx.bench <command> <args>`` in a new process -> its JSON report, or
+    {"error": the last line of its stderr}."""
+    with tempfile.TemporaryDirectory(prefix="mtx-bench-") as tmp:
+        out = Path(tmp) / "report.json"
+        done = subprocess.run([sys.executable, "-m", "mtx.bench", command, *map(str, args),
+                               "--out", str(out)], capture_output=True, text=True)
+        if done.returncode != 0 or not out.is_file():
+            lines = done.stderr.strip().splitlines()
+            return {"error": lines[-1] if lines else f"exit code {done.returncode}"}
+        return json.loads(out.read_text())
+
+
+def compare_runs(run_dirs, data_name, steps, rounds):
+    """Trained runs (e.g. a model and its pruned copy) decoding the test split greedily for
+    exactly ``steps`` positions, in turn, ``rounds`` times, in this one process: the speed of
+    the architectures, independent of how long each model's translations are."""
+    import mxnet as mx
+    from ..rundir import load_run
+    from ..vocab import BOS
+    from .impls import cached_greedy
+    batches = inputs.decode_batches(inputs.load_corpus(inputs.data_config(data_name)))
+    models = {}
+    for run_dir in run_dirs:
+        models[run_dir] = load_run(run_dir, mx.cpu())[0]
+        models[run_dir].hybridize(static_alloc=True)
+        cached_greedy(models[run_dir], *batches[0], DECODE_WARMUP_STEPS, BOS)
+    seconds = {run_dir: [] for run_dir in run_dirs}
+    for _ in range(rounds):
+        for run_dir, model in models.items():
+            tic = time.perf_counter()
+            for src, src_len in batches:
+                cached_greedy(model, src, src_len, steps, BOS)
+            seconds[run_dir].append(round(time.perf_counter() - tic, 2))
+            logging.getLogger(__name__).info("%s %s s", run_dir, seconds[run_dir][-1])
+    base = min(seconds[run_dirs[0]])
+    return {run_dir: {"seconds": s, "best": min(s), "speedup_vs_first": round(base / min(s), 3),
+                      "heads": sum(map(models[run_dir].cfg.heads_of,
+                                       range(models[run_dir].cfg.num_attention_layers)))}
+            for run_dir, s in seconds.items()}

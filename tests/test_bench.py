@@ -1,0 +1,97 @@
+"""mtx.bench: the FLOP count, the config it reads from conf/, its command line, a tiny training
+measurement on the toy task."""
+import json
+import sys
+from types import SimpleNamespace
+
+import numpy as onp
+import pytest
+import yaml
+
+from mtx.bench import inputs
+from mtx.bench.__main__ import main
+from mtx.bench.flops import train_flops
+from mtx.bench.tables import results_table
+from mtx.config import ModelConfig
+from mtx.errors import ConfigError
+
+
+def test_flops_match_a_hand_count():
+    """D=4, F=8, 2 encoder layers, 1 decoder layer, V=10; sentences (S, T) = (3, 2) and (1, 4)."""
+    cfg = ModelConfig(num_hiddens=4, num_heads=2, ffn_num_hiddens=8, num_encoder_layers=2,
+                      num_decoder_layers=1, vocab_size=10)
+    batch = SimpleNamespace(src_valid_len=onp.array([3, 1]), tgt_valid_len=onp.array([2, 4]))
+    enc_params = 2 * (4 * 16 + 2 * 4 * 8)          # 2 x 128 = 256 per source token
+    dec_params = 1 * (8 * 16 + 2 * 4 * 8) + 4 * 10  # 192 + 40 = 232 per target token
+    dense = 6 * (enc_params * 4 + dec_params * 6)   # 4 source, 6 target tokens -> 14,496
+    attn = 12 * 4 * (2 * (9 + 1) + 1 * ((4 + 16) + (6 + 4)))  # S^2 20, T^2 20, TS 10 -> 2,400
+    assert dense + attn == 16_896
+    assert train_flops(cfg, batch) == 16_896
+
+
+def test_flops_reject_a_pruned_model():
+    cfg = ModelConfig(num_hiddens=4, num_heads=2, ffn_num_hiddens=8, num_encoder_layers=1,
+                      num_decoder_layers=1, vocab_size=10, heads_per_layer=[2, 1, 2])
+    with pytest.raises(ConfigError, match="heads_per_layer"):
+        train_flops(cfg, SimpleNamespace(src_valid_len=onp.array([1]), tgt_valid_len=onp.array([1])))
+
+
+def test_model_config_is_conf_small_untied_with_the_data_vocabulary():
+    expected = yaml.safe_load((inputs.CONF_DIR / "model" / "small.yaml").read_text())
+    cfg = inputs.model_config(inputs.DEFAULT_MODEL, vocab_size=8000)
+    for key, value in expected.items():
+        if key not in ("tie_embeddings", "vocab_size"):
+            assert getattr(cfg, key) == value, key
+    assert cfg.tie_embeddings is False and cfg.vocab_size == 8000
+
+
+def test_data_config_is_conf_multi30k_en_de(monkeypatch):
+    monkeypatch.setenv("MTX_MULTI30K_DIR", "/nonexistent/multi30k")
+    cfg = inputs.data_config(inputs.DEFAULT_DATA)
+    assert (cfg.name, cfg.src_lang, cfg.tgt_lang, cfg.max_len) == ("multi30k", "en", "de", 128)
+    assert cfg.raw_dir == "/nonexistent/multi30k"
+
+
+def test_unknown_config_name_is_a_config_error():
+    with pytest.raises(ConfigError, match="small"):  # the message lists the choices
+        inputs.model_config("no_such_model", vocab_size=8)
+
+
+@pytest.mark.parametrize("argv", [["train", "--impl", "mtx-fast"], ["decode", "--impl", "mtx,x"],
+                                  ["--impl", "gluonnlp,tf"]])
+def test_unknown_impl_is_a_one_line_error(argv, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--out", str(tmp_path / "report.json")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.startswith("error: --impl ") and "choose from mtx, mtx-bf16" in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_results_table_has_one_row_per_impl_and_scalar_columns():
+    table = results_table({"mtx": {"tok_s": 1.0, "tok_s_windows": [1]}, "d2l": {"skipped": "x"}})
+    assert table.splitlines()[0] == "| implementation | tok_s | skipped |"
+    assert table.splitlines()[2:] == ["| mtx | 1.0 | - |", "| d2l | - | x |"]
+
+
+@pytest.mark.slow
+def test_train_measurement_on_the_toy_task(tmp_path, monkeypatch, capsys):
+    """`train --impl mtx` with tiny settings writes the report it is told to, and nothing else."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MTX_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out" / "train.json"
+    main(["train", "--impl", "mtx", "--model", "tiny", "--data", "toy", "--seconds", "0.5",
+          "--warmup-steps", "2", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert set(report) == {"machine", "model_config", "train"}
+    assert set(report["machine"]) >= {"cpu", "cpu_flags", "mxnet", "omp_num_threads"}
+    assert report["model_config"]["tie_embeddings"] is False
+    assert report["model_config"]["vocab_size"] == 24  # 20 toy symbols + 4 specials
+    result = report["train"]["mtx"]
+    assert set(result) >= {"tok_s", "tok_s_windows", "gflop_s", "steps", "warmup_steps",
+                           "precision", "kernels", "peak_rss_mb"}
+    assert result["tok_s"] > 0 and result["steps"] > 2 and result["precision"] == "float32"
+    assert "native_layer_norm" in result["kernels"]
+    assert "| mtx |" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no cache: toy data needs none
