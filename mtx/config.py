@@ -160,7 +160,9 @@ class TrainConfig:
     batch_tokens: int = 2048        # padded tokens per batch (longer side)
     lr: float = 1e-3                # peak learning rate
     warmup_steps: int = 800         # linear warm-up, then inverse square root decay
+    beta1: float = 0.9              # Adam's first-moment decay
     beta2: float = 0.98
+    epsilon: float = 1e-9           # Adam's epsilon (outside the square root)
     weight_decay: float = 0.0       # on weight matrices only
     label_smoothing: float = 0.1
     clip_norm: float = 1.0          # global gradient norm; 0 disables
@@ -168,9 +170,11 @@ class TrainConfig:
     max_epochs: int = 100
     max_minutes: Optional[float] = None  # wall-clock budget for training; then evaluate and stop
     patience: int = 0               # epochs without a better val BLEU before stopping; 0 = never
+    save_every_minutes: float = 5.0  # also checkpoint inside an epoch this often (resume point)
     keep_last: int = 5              # epoch checkpoints kept
     average_last: int = 5           # average this many last checkpoints at the end; 0/1 = off
-    log_every: int = 50             # steps between progress/metric reads from the device
+    log_every: int = 50             # steps between progress/metric reads from the device; the
+                                    # mid-epoch checkpoints and dropout reseeding happen there too
     eval_bleu: bool = True          # val BLEU (greedy) each epoch
     hybridize: bool = True
     resume: bool = False
@@ -204,6 +208,8 @@ class TrainConfig:
             raise ConfigError("train.devices=[] is empty: list at least one device, e.g. [cpu]")
         if self.batch_tokens < 8:
             raise ConfigError(f"train.batch_tokens={self.batch_tokens} is too small")
+        if self.log_every < 1 or self.save_every_minutes < 0:
+            raise ConfigError("train.log_every must be >= 1 and train.save_every_minutes >= 0")
         if self.lr <= 0 or self.warmup_steps < 1:
             raise ConfigError("train.lr must be > 0 and train.warmup_steps >= 1")
 

@@ -1,11 +1,12 @@
 """A corpus ready for training: the text of every split, the tokenizer, and subword ids."""
+import hashlib
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 from .config import DataConfig
+from .files import atomic_copy, atomic_write_text, read_json, sha256_of
 from .multi30k import load_multi30k
 from .toy import make_toy, toy_symbols
 from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer, train_sentencepiece
@@ -42,17 +43,20 @@ def load_corpus(cfg: DataConfig, cache_dir, seed, tokenizer=None):
     return Corpus(text, ids, tokenizer)
 
 
+def tokenizer_sha256(tokenizer):
+    """SHA-256 of what defines the tokenizer: the SentencePiece model file or the symbol list."""
+    if isinstance(tokenizer, SentencePieceTokenizer):
+        return sha256_of(tokenizer.model_path)
+    return hashlib.sha256(json.dumps(tokenizer.symbols).encode()).hexdigest()
+
+
 def save_tokenizer(tokenizer, run_dir):
     """Keep the run's tokenizer next to its checkpoints (atomically)."""
     run_dir = Path(run_dir)
     if isinstance(tokenizer, SentencePieceTokenizer):
-        tmp = run_dir / ".spm.model.tmp"
-        shutil.copyfile(tokenizer.model_path, tmp)
-        tmp.replace(run_dir / "spm.model")
+        atomic_copy(tokenizer.model_path, run_dir / "spm.model")
     else:
-        tmp = run_dir / ".toy_symbols.json.tmp"
-        tmp.write_text(json.dumps(tokenizer.symbols[4:]))
-        tmp.replace(run_dir / "toy_symbols.json")
+        atomic_write_text(run_dir / "toy_symbols.json", json.dumps(tokenizer.symbols[4:]))
 
 
 def load_tokenizer(run_dir):
@@ -60,6 +64,6 @@ def load_tokenizer(run_dir):
     if (run_dir / "spm.model").is_file():
         return SentencePieceTokenizer(run_dir / "spm.model")
     if (run_dir / "toy_symbols.json").is_file():
-        return WordTokenizer(json.loads((run_dir / "toy_symbols.json").read_text()))
+        return WordTokenizer(read_json(run_dir / "toy_symbols.json", TokenizerError, "toy vocabulary"))
     raise TokenizerError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
                             f"is it a training run directory?")

@@ -1,17 +1,16 @@
 """The head study of a trained run (scripts/heads.py): scores, curves, a pruned model, speed."""
-import json
+import dataclasses
 import logging
-import shutil
 
 import numpy as onp
 from mxnet import np
 
-from . import checkpoint as ckpt
 from . import heads
 from .bleu import sacre_bleu
-from .files import atomic_write_json
+from .files import atomic_copy, atomic_write_json
 from .config import ConfigError, DecodeConfig
 from .evaluation import translate_and_score
+from .rundir import RunDir
 from .search import Translator
 
 log = logging.getLogger(__name__)
@@ -83,28 +82,19 @@ def choose_pruning(points, max_bleu_loss, heads_to_remove=None):
 def finetune(pruned, corpus, data_cfg, train_cfg, decode_cfg, out_dir, ctx, seed):
     """Train the pruned model further on the training split (``train_cfg`` holds the budget and
     learning rate) in ``out_dir``; returns (the model the run chose, its choice)."""
-    from .parallel import DataParallel
-    from .run import choose_final
-    from .trainer import Fit
-    start = out_dir / "checkpoints" / "pruned.params"
-    start.parent.mkdir(parents=True, exist_ok=True)
-    ckpt.save_params(pruned, start)
-    fit = Fit(corpus, pruned.cfg, data_cfg, train_cfg, decode_cfg, out_dir,
-              DataParallel([ctx]), seed)
-    fit.model.load_parameters(str(start), ctx=fit.ctxs)
-    fit.run()
-    return fit.model, choose_final(fit)
+    from .training import continue_training
+    return continue_training(pruned, corpus, data_cfg, train_cfg, decode_cfg, out_dir, ctx, seed)
 
 
 def save_pruned_run(pruned, run_dir, out_dir, meta):
     """A run directory for the pruned model that scripts/translate.py loads like any other."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "checkpoints").mkdir(exist_ok=True)
+    source, pruned_run = RunDir(run_dir), RunDir(out_dir)
+    pruned_run.checkpoints.mkdir(parents=True, exist_ok=True)
     for name in ("spm.model", "toy_symbols.json", "data.json"):
-        if (run_dir / name).is_file():
-            shutil.copyfile(run_dir / name, out_dir / name)
-    ckpt.save_model_config(pruned.cfg, out_dir)
-    ckpt.save_params(pruned, out_dir / "checkpoints" / "best.params", **meta)
+        if (source.path / name).is_file():
+            atomic_copy(source.path / name, pruned_run.path / name)
+    pruned_run.write_json("model.json", dataclasses.asdict(pruned.cfg))
+    pruned_run.save("best", pruned, **meta)
 
 
 def timed_translation(model, tokenizer, decode_cfg, ctx, sources, references, tgt_lang):

@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 from .errors import TokenizerError
+from .files import atomic_write
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -59,7 +60,7 @@ def train_sentencepiece(texts, vocab_size, cache_dir):
         input=str(corpus), model_prefix=str(tmp_prefix), vocab_size=vocab_size, model_type="bpe",
         character_coverage=1.0, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
         num_threads=2, input_sentence_size=0, minloglevel=2)
-    os.replace(f"{tmp_prefix}.model", model)
+    atomic_write(model, lambda tmp: os.replace(f"{tmp_prefix}.model", tmp))
     for leftover in (corpus, Path(f"{tmp_prefix}.vocab")):
         leftover.unlink(missing_ok=True)
     return model

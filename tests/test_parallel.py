@@ -15,7 +15,8 @@ from mtx.corpus import load_corpus
 from mtx.batching import bucket_batches
 from mtx.parallel import DataParallel, split_rows
 from mtx.devices import seed_everything
-from mtx.trainer import Fit
+from mtx.training import new_fit
+from mtx.training.steps import train_step
 
 from conftest import ROOT, run_script
 
@@ -50,10 +51,11 @@ def _train_steps(corpus, data_cfg, batches, ctxs, tmp_path):
                             num_decoder_layers=1, dropout=0.0, attention_dropout=0.0,
                             vocab_size=len(corpus.tokenizer))
     seed_everything(7)
-    fit = Fit(corpus, model_cfg, data_cfg, TrainConfig(batch_tokens=512, warmup_steps=4, lr=3e-3),
-              DecodeConfig(), tmp_path, DataParallel(ctxs), seed=7)
-    for batch in batches:
-        fit.train_step(batch)
+    fit = new_fit(corpus, model_cfg, data_cfg, TrainConfig(batch_tokens=512, warmup_steps=4,
+                                                           lr=3e-3),
+                  DecodeConfig(), tmp_path, ctxs, seed=7)
+    for step, batch in enumerate(batches, 1):
+        train_step(fit.pieces, fit.parallel, batch, step, fit.cfg)
     return {name: p.data(ctxs[-1]).asnumpy()
             for name, p in fit.model._collect_params_with_prefix().items()}
 

@@ -8,14 +8,15 @@ import numpy as onp
 import pytest
 from mxnet import np, npx
 
-from mtx import checkpoint as ckpt
-from mtx.config import ConfigError, DataConfig, DecodeConfig, TrainConfig
+from mtx.config import DataConfig, DecodeConfig, TrainConfig
+from mtx.errors import CheckpointError, ConfigError
+from mtx.rundir import RunDir
 from mtx.corpus import load_corpus
 from mtx.loss import LabelSmoothedCrossEntropy
 from mtx.model import Transformer
 from mtx.schedule import inverse_sqrt_warmup
-from mtx.parallel import DataParallel
-from mtx.trainer import Fit
+from mtx.training import new_fit
+from mtx.training.steps import train_step
 
 
 def test_loss_without_smoothing_is_masked_nll():
@@ -47,29 +48,33 @@ def test_inverse_sqrt_warmup():
     assert inverse_sqrt_warmup(400, 1e-3, 100) == pytest.approx(5e-4)
 
 
+def _load_best(run):
+    model = Transformer(run.model_config())
+    run.load(run.verify("best"), model, mx.cpu())
+    return model
+
+
 def test_checkpoint_round_trip_and_bad_checkpoints(tiny_cfg, tmp_path):
-    (tmp_path / "checkpoints").mkdir()
+    run = RunDir(tmp_path)
     model = Transformer(tiny_cfg)
     model.initialize(mx.init.Xavier())
-    ckpt.save_model_config(tiny_cfg, tmp_path)
-    path = tmp_path / "checkpoints" / "best.params"
-    ckpt.save_params(model, path, step=7)
+    run.write_json("model.json", dataclasses.asdict(tiny_cfg))
+    manifest = run.save("best", model, step=7)
     src = np.array([[5, 6, 3]], dtype="int32")
     args = (src, np.array([3], dtype="int32"), np.array([[2, 7]], dtype="int32"))
-    loaded = ckpt.load_model(tmp_path, mx.cpu(), "best")
-    assert onp.array_equal(loaded(*args).asnumpy(), model(*args).asnumpy())
-    assert not list(tmp_path.rglob(".*.tmp"))
+    assert onp.array_equal(_load_best(run)(*args).asnumpy(), model(*args).asnumpy())
+    assert not list(tmp_path.rglob(".*.tmp")) and not list(tmp_path.rglob("staging-*"))
 
-    path.write_bytes(path.read_bytes()[:-100])  # truncated
-    with pytest.raises(ckpt.CheckpointError, match="best.params: checksum mismatch"):
-        ckpt.load_model(tmp_path, mx.cpu(), "best")
-    ckpt.save_params(model, path, step=7)
-    other = dataclasses.replace(tiny_cfg, num_heads=4)
-    ckpt.save_model_config(other, tmp_path)
-    with pytest.raises(ckpt.CheckpointError, match="different model config"):
-        ckpt.load_model(tmp_path, mx.cpu(), "best")
-    with pytest.raises(ckpt.CheckpointError, match="is missing"):
-        ckpt.load_model(tmp_path / "nothing", mx.cpu(), "best")
+    params = run.checkpoints / manifest["files"]["params"]
+    params.write_bytes(params.read_bytes()[:-100])  # truncated
+    with pytest.raises(CheckpointError, match="checksum mismatch with best.json"):
+        _load_best(run)
+    run.save("best", model, step=7)
+    run.write_json("model.json", dataclasses.asdict(dataclasses.replace(tiny_cfg, num_heads=4)))
+    with pytest.raises(CheckpointError, match="different model config"):
+        _load_best(run)
+    with pytest.raises(CheckpointError, match="is missing"):
+        _load_best(RunDir(tmp_path / "nothing"))
 
 
 def _short_fit(tmp_path, seed, **train_overrides):
@@ -82,8 +87,8 @@ def _short_fit(tmp_path, seed, **train_overrides):
                             **train_overrides)
     from mtx.devices import seed_everything
     seed_everything(seed)
-    fit = Fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(), tmp_path / f"run{seed}",
-              DataParallel([mx.cpu()]), seed)
+    fit = new_fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(), tmp_path / f"run{seed}",
+                  [mx.cpu()], seed)
     fit.run()
     return {k: p.data().asnumpy() for k, p in fit.model._collect_params_with_prefix().items()}, fit
 
@@ -94,10 +99,10 @@ def test_same_seed_gives_the_same_run(tmp_path):
     assert first.keys() == second.keys()
     for name in first:
         assert onp.array_equal(first[name], second[name]), name
-    record = json.loads((fit.run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    record = json.loads((fit.run_dir.path / "metrics.jsonl").read_text().splitlines()[0])
     assert set(record) == {"step", "epoch", "train/loss", "valid/loss", "valid/bleu",
                            "train/tok_s", "wall_minutes"}
-    assert math.isfinite(record["train/loss"]) and record["step"] == fit.step > 0
+    assert math.isfinite(record["train/loss"]) and record["step"] == fit.state.step > 0
 
 
 def test_dynamic_loss_scaling_gives_the_unscaled_run(tmp_path):
@@ -105,7 +110,7 @@ def test_dynamic_loss_scaling_gives_the_unscaled_run(tmp_path):
     same parameters as without scaling (float32, so nothing over- or underflows)."""
     plain, _ = _short_fit(tmp_path / "a", seed=5, loss_scale="off")
     scaled, fit = _short_fit(tmp_path / "b", seed=5, loss_scale="dynamic")
-    assert fit.loss_scales[mx.cpu()].value.asscalar() == 2.0 ** 10  # no overflow, no growth yet
+    assert fit.pieces.loss_scales[mx.cpu()].value.asscalar() == 2.0 ** 10  # no overflow, no growth yet
     for name in plain:
         onp.testing.assert_allclose(scaled[name], plain[name], rtol=1e-4, atol=1e-5,
                                     err_msg=name)
@@ -115,10 +120,11 @@ def test_an_overflowing_loss_scale_skips_the_step_and_halves(tmp_path):
     from mtx.batching import bucket_batches
     _, fit = _short_fit(tmp_path, seed=5, loss_scale="dynamic")
     before = {k: p.data().asnumpy() for k, p in fit.model.collect_params().items()}
-    fit.loss_scales[mx.cpu()].value[:] = 3e38  # loss x scale overflows float32
-    _, finite, _ = fit.train_step(bucket_batches(fit.train_src, fit.train_tgt, 256, shuffle=False, seed=0)[0])
+    fit.pieces.loss_scales[mx.cpu()].value[:] = 3e38  # loss x scale overflows float32
+    batch = bucket_batches(fit.train_src, fit.train_tgt, 256, shuffle=False, seed=0)[0]
+    _, finite, _ = train_step(fit.pieces, fit.parallel, batch, fit.state.step + 1, fit.cfg)
     assert float(finite) == 0.0
-    assert fit.loss_scales[mx.cpu()].value.asscalar() == onp.float32(3e38) / 2
+    assert fit.pieces.loss_scales[mx.cpu()].value.asscalar() == onp.float32(3e38) / 2
     for name, p in fit.model.collect_params().items():
         assert onp.array_equal(p.data().asnumpy(), before[name]), name
 
@@ -145,8 +151,8 @@ def test_toy_task_is_learned_through_the_script(toy_run):
     assert scores["exact_match"] >= 90.0, scores
     assert scores["sacrebleu"]["score"] >= 95.0 and "version:2." in scores["sacrebleu"]["signature"]
     assert report["src_lang"] == "src" and report["parameters"] > 0 and report["train_minutes"] > 0
-    for name in ("model.json", "data.json", "toy_symbols.json", "metrics.jsonl",
-                 "checkpoints/best.params", "checkpoints/best.json", ".hydra/config.yaml"):
+    for name in ("model.json", "data.json", "run.json", "toy_symbols.json", "metrics.jsonl",
+                 "checkpoints/best.json", "checkpoints/latest.json", "config.yaml"):
         assert (toy_run / name).is_file(), name
     epochs = [json.loads(line) for line in (toy_run / "metrics.jsonl").read_text().splitlines()]
     assert len(epochs) == report["epochs"] and epochs[-1]["valid/bleu"] > epochs[0]["valid/bleu"]

@@ -8,14 +8,12 @@ A training step is a callable ``step(batch) -> loss array`` (the step is done wh
 read); a greedy decoder is ``greedy(src, src_len, steps, bos) -> (B, steps) ids`` that always
 decodes exactly ``steps`` positions (no early stop, so every model does the same work).
 """
-import tempfile
 
 from .peers import PEERS
 
 MTX_PRECISIONS = {"mtx": "float32", "mtx-bf16": "bfloat16"}
 TRAIN_IMPLS = (*MTX_PRECISIONS, *PEERS)
 DECODE_IMPLS = (*TRAIN_IMPLS, "mtx-recompute")
-BENCH_SEED = 1
 
 
 def precision_of(name):
@@ -24,37 +22,32 @@ def precision_of(name):
 
 
 def mtx_training_step(corpus, model_cfg, data_cfg, precision):
-    """mtx's training step of ``model_cfg`` in ``precision``, as `mtx.trainer.Fit` runs it (its
+    """mtx's training step of ``model_cfg`` in ``precision``, as `mtx.training` runs it (its
     optimizer, learning-rate schedule, clipping and loss; one CPU device): a callable
-    ``step(batch) -> nll`` (the batch's summed negative log-likelihood, an mxnet array).
-    Fit's run directory (it makes ``checkpoints/`` there) is a temporary one that lives as long as
-    the step."""
+    ``step(batch) -> nll`` (the batch's summed negative log-likelihood, an mxnet array)."""
+    import itertools
     import mxnet as mx
-    from ..config import DecodeConfig, TrainConfig
+    from ..config import TrainConfig
     from ..parallel import DataParallel
-    from ..trainer import Fit
-    run_dir = tempfile.TemporaryDirectory(prefix="mtx-bench-run-")
-    fit = Fit(corpus, model_cfg, data_cfg, TrainConfig(precision=precision), DecodeConfig(),
-              run_dir.name, DataParallel([mx.cpu()]), seed=BENCH_SEED)
+    from ..training.build import build_pieces
+    from ..training.steps import train_step
+    train_cfg, parallel = TrainConfig(precision=precision), DataParallel([mx.cpu()])
+    pieces = build_pieces(model_cfg, train_cfg, parallel.ctxs, parallel.trainer_kvstore)
+    updates = itertools.count(1)
 
     def step(batch):
-        return fit.train_step(batch)[0]  # (nll, finite flag, tokens) -> nll
+        return train_step(pieces, parallel, batch, next(updates), train_cfg)[0]
 
-    step.run_dir = run_dir  # the directory is removed when the step is
     return step
 
 
 def mtx_model(model_cfg, precision):
-    """An untrained mtx `Transformer` built as training builds it (Xavier initialisation, matrix
-    multiplies in ``precision``, hybridized with static_alloc), on the CPU."""
+    """An untrained mtx `Transformer` built as training builds it (`build_pieces`: Xavier
+    initialisation, matrix multiplies in ``precision``, hybridized with static_alloc), on the CPU."""
     import mxnet as mx
-    from ..model import Transformer
-    from ..precision import set_precision
-    model = Transformer(model_cfg)
-    model.initialize(mx.init.Xavier(), ctx=mx.cpu())
-    set_precision(model, precision)
-    model.hybridize(static_alloc=True)
-    return model
+    from ..config import TrainConfig
+    from ..training.build import build_pieces
+    return build_pieces(model_cfg, TrainConfig(precision=precision), [mx.cpu()], "device").model
 
 
 def cached_greedy(model, src, src_len, steps, bos):

@@ -1,0 +1,50 @@
+"""The pieces of training, built once from the configs: the model on its devices, in its
+precision, hybridized; the loss; the Gluon Trainer with its KVStore; loss scales."""
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import mxnet as mx
+from mxnet import gluon
+
+from ..errors import ConfigError
+from ..loss import LabelSmoothedCrossEntropy
+from ..model import Transformer
+from ..optimizer import DynamicLossScale
+from ..precision import set_precision
+
+
+@dataclass
+class Pieces:
+    model: Transformer
+    loss_fn: LabelSmoothedCrossEntropy
+    trainer: gluon.Trainer
+    params: List            # the trainable parameters (gradients are clipped over them)
+    ctxs: List              # this process's devices; ctxs[0] evaluates and translates
+    loss_scales: Optional[Dict] = None  # per device, with dynamic loss scaling
+
+
+def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore):
+    if train_cfg.precision == "float16" and any(c.device_type == "cpu" for c in ctxs):
+        raise ConfigError("train.precision=float16 needs a GPU (MXNet 1.9's float16 "
+                          "FullyConnected is cuDNN-only): on a CPU use train.precision="
+                          "bfloat16 (AVX512-BF16) or float32")
+    model = Transformer(model_cfg)
+    model.initialize(mx.init.Xavier(), ctx=ctxs)
+    set_precision(model, train_cfg.precision)
+    if train_cfg.hybridize:
+        model.hybridize(static_alloc=True)
+    loss_fn = LabelSmoothedCrossEntropy(model_cfg.vocab_size, train_cfg.label_smoothing)
+    loss_fn.initialize(ctx=ctxs)
+    loss_fn.hybridize(static_alloc=True)
+    # Gradients are summed by the KVStore (several devices or workers), then clipped and guarded
+    # by GuardedAdam's device-side scale; the update runs on every device/worker alike
+    # (update_on_kvstore=False).
+    trainer = gluon.Trainer(model.collect_params(), "guardedadam",
+                            {"learning_rate": train_cfg.lr, "beta1": train_cfg.beta1,
+                             "beta2": train_cfg.beta2, "epsilon": train_cfg.epsilon,
+                             "wd": train_cfg.weight_decay},
+                            kvstore=trainer_kvstore, update_on_kvstore=False)
+    loss_scales = ({ctx: DynamicLossScale(ctx) for ctx in ctxs}
+                   if train_cfg.dynamic_loss_scale else None)
+    params = [p for p in model.collect_params().values() if p.grad_req != "null"]
+    return Pieces(model, loss_fn, trainer, params, list(ctxs), loss_scales)

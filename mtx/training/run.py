@@ -1,0 +1,163 @@
+"""One training run end to end: data, the run directory, the pieces, the loop, the final
+checkpoint choice and the test scores (report.json)."""
+import dataclasses
+import logging
+from pathlib import Path
+
+from .. import faults, kernels
+from ..corpus import load_corpus, load_tokenizer, save_tokenizer, tokenizer_sha256
+from ..devices import resolve_device, seed_everything
+from ..errors import CheckpointError
+from ..evaluation import translate_and_score
+from ..files import atomic_write_text
+from ..multi30k import SPLITS
+from ..parallel import DataParallel
+from ..pictures import learning_curve
+from ..rundir import RunDir, run_identity
+from .build import build_pieces
+from .loop import Fit
+
+log = logging.getLogger(__name__)
+
+
+def count_parameters(model):
+    """Trainable parameters (the positional table is a constant and not counted)."""
+    return sum(int(p.data().size) for p in model.collect_params().values() if p.grad_req != "null")
+
+
+def choose_final(fit):
+    """The best checkpoint by validation score, or the average of the last `average_last`
+    epoch checkpoints if that scores at least as well. Leaves the choice loaded in the model."""
+    run, ctxs = fit.run_dir, fit.pieces.ctxs
+    run.load(run.verify("best", fit.model.cfg), fit.model, ctxs)
+    best_loss, best_bleu = fit.evaluate("val")
+    best = best_bleu["score"] if best_bleu else -best_loss
+    last = run.epoch_names()[-fit.cfg.average_last:]
+    if fit.cfg.average_last > 1 and len(last) > 1:
+        run.average(fit.model, last, ctxs)
+        avg_loss, avg_bleu = fit.evaluate("val")
+        average = avg_bleu["score"] if avg_bleu else -avg_loss
+        log.info("validation score: best epoch %s, average of the last %d %s", best, len(last),
+                 average)
+        if average >= best:
+            return {"checkpoint": "average", "averaged": len(last), "valid_bleu": avg_bleu,
+                    "valid_loss": round(avg_loss, 4)}
+        run.load(run.verify("best", fit.model.cfg), fit.model, ctxs)
+    return {"checkpoint": "best", "valid_bleu": best_bleu, "valid_loss": round(best_loss, 4)}
+
+
+def quiet_log_files():
+    """Workers other than rank 0 keep logging to the console but write no log file."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
+
+
+def prepare(run, data_cfg, model_cfg, train_cfg, cache_dir, seed, config_yaml, is_chief):
+    """The corpus and the model config with its vocabulary size. A resumed run uses its own
+    tokenizer and is checked against the run directory before anything in it is written."""
+    resuming = train_cfg.resume and any((run.path / n).is_file()
+                                        for n in ("spm.model", "toy_symbols.json"))
+    if not train_cfg.resume and run.manifests():
+        raise CheckpointError(f"{run.path} already holds a run; continue it with "
+                              f"train.resume=true or choose a new hydra.run.dir")
+    corpus = load_corpus(data_cfg, cache_dir, seed, load_tokenizer(run.path) if resuming else None)
+    model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
+    identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
+    if train_cfg.resume:
+        run.check_identity(identity)
+    if is_chief:
+        run.start(identity, model_cfg, data_cfg, config_yaml)
+        save_tokenizer(corpus.tokenizer, run.path)
+    return corpus, model_cfg
+
+
+def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1, device="cpu",
+          config_yaml=None):
+    """Train, pick the final checkpoint, translate the test split; returns report.json's dict
+    (None on workers other than rank 0, which only train). ``config_yaml``: the resolved config
+    to keep in the run directory."""
+    run = RunDir(run_dir)
+    ctxs = [resolve_device(d) for d in (train_cfg.devices or [device])]
+    parallel = DataParallel(ctxs, train_cfg.kvstore)
+    if not parallel.is_chief:
+        quiet_log_files()
+    seed_everything(seed)
+    if parallel.is_chief:  # rank 0 prepares the run directory and the subword model first,
+        corpus, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, cache_dir, seed,
+                                    config_yaml, True)
+    parallel.any(False)    # the others wait for it and load the cached subword model
+    if not parallel.is_chief:
+        corpus, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, cache_dir, seed,
+                                    config_yaml, False)
+    pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore)
+    fit = Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_len), train_cfg, decode_cfg, run,
+              parallel, seed)
+    if train_cfg.resume and not fit.restore():
+        log.info("train.resume=true but %s has no checkpoint yet: starting fresh", run.path)
+    log.info("model: %s parameters; %d training pairs; devices %s; worker %d of %d",
+             f"{count_parameters(fit.model):,}", len(fit.train_src), ctxs, parallel.rank,
+             parallel.num_workers)
+    train_minutes = fit.run()
+    log.info("worker %d of %d: trained on %d sentences (ids digest %s) in %d steps; parameter "
+             "digest %s", parallel.rank, parallel.num_workers, *fit_digests(fit))
+    if not parallel.is_chief:
+        return None
+    return final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes)
+
+
+def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes):
+    final = choose_final(fit)
+    test_split = SPLITS[-1]
+    sources, references = fit.corpus.text[test_split]
+    faults.point("final_translation")
+    hypotheses, test_scores = translate_and_score(fit.model, fit.corpus.tokenizer, decode_cfg,
+                                                  fit.pieces.ctxs[0], sources, references,
+                                                  data_cfg.tgt_lang)
+    atomic_write_text(run.path / f"{test_split}.hyp.{data_cfg.tgt_lang}",
+                      "\n".join(hypotheses) + "\n")
+    report = {"src_lang": data_cfg.src_lang, "tgt_lang": data_cfg.tgt_lang,
+              "data": data_cfg.name, "parameters": count_parameters(fit.model),
+              "model": dataclasses.asdict(model_cfg), "train_minutes": round(train_minutes, 2),
+              "steps": fit.state.step, "epochs": fit.state.epoch, "final": final,
+              "precision": train_cfg.precision, "native_kernels": kernels.status(),
+              "devices": [str(c) for c in fit.pieces.ctxs], "workers": fit.parallel.num_workers,
+              "scores": {test_split: test_scores}}
+    run.write_json("report.json", report)
+    if run.metrics():
+        learning_curve(run.path / "metrics.jsonl", run.path / "learning_curve.png")
+    return report
+
+
+def fit_digests(fit):
+    """(training pairs this process trained on, counting repeats; sha256 of how often each pair
+    was seen; steps; sha256 of the parameters): workers of one job compare them at the end."""
+    import hashlib
+    seen = hashlib.sha256(fit.times_seen.tobytes()).hexdigest()[:16]
+    params = hashlib.sha256()
+    for _, p in sorted(fit.model.collect_params().items()):
+        params.update(p.data(fit.pieces.ctxs[0]).asnumpy().tobytes())
+    return int(fit.times_seen.sum()), seen, fit.state.step, params.hexdigest()[:16]
+
+
+def continue_training(model, corpus, data_cfg, train_cfg, decode_cfg, run_dir, ctx, seed):
+    """Train ``model`` (e.g. a pruned one) further on ``corpus``'s training split in a new run
+    directory; returns (the model the run chose, its choice)."""
+    fit = new_fit(corpus, model.cfg, data_cfg, train_cfg, decode_cfg, run_dir, [ctx], seed)
+    fit.run_dir.write_json("model.json", dataclasses.asdict(model.cfg))
+    for name, param in fit.model._collect_params_with_prefix().items():
+        param.set_data(model._collect_params_with_prefix()[name].data(ctx))
+    fit.run()
+    return fit.model, choose_final(fit)
+
+
+def new_fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctxs, seed):
+    """A `Fit` on this process's devices ``ctxs`` alone (no cluster), its run directory created:
+    for fine-tuning, tests and benchmarks."""
+    run = RunDir(run_dir)
+    run.checkpoints.mkdir(parents=True, exist_ok=True)
+    parallel = DataParallel(ctxs, train_cfg.kvstore)
+    pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore)
+    return Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_len), train_cfg, decode_cfg, run,
+               parallel, seed)

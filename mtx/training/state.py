@@ -1,0 +1,53 @@
+"""What resume needs, in one object: counters, the position inside the epoch, the best score and
+the epoch's running loss. Saved in every checkpoint manifest and loaded as a whole; together
+with the parameters and the optimizer state it continues a run exactly."""
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import CheckpointError
+
+SEED_STRIDE = 1000  # data order and dropout of epoch e come from seed * SEED_STRIDE + e
+
+
+def epoch_seed(seed, epoch):
+    """The seed of epoch ``epoch``'s batch order (the same in a resumed run)."""
+    return seed * SEED_STRIDE + epoch
+
+
+def position_seed(seed, epoch, batch_in_epoch):
+    """The dropout seed from batch ``batch_in_epoch`` of epoch ``epoch`` on: reseeded at every
+    log point, so a run resumed there draws the same dropout masks as the uninterrupted one."""
+    return (epoch_seed(seed, epoch) * 1_000_003 + batch_in_epoch) % 2 ** 31
+
+
+@dataclass
+class TrainState:
+    step: int = 0                   # updates done
+    epoch: int = 0                  # epochs completed
+    batch_in_epoch: int = 0         # batches of epoch `epoch + 1` already trained on
+    best_score: Optional[float] = None  # best validation score (val BLEU, or -val loss)
+    stale_epochs: int = 0           # epochs since best_score improved
+    minutes: float = 0.0            # training minutes up to this checkpoint
+    epoch_nll: float = 0.0          # the current epoch's finite nll sum, its tokens, and the
+    epoch_tokens: int = 0           # steps it skipped (non-finite): its train/loss is exact
+    epoch_skipped: int = 0          # after a resume too
+    epoch_job_tokens: int = 0       # target tokens of the whole job this epoch, and the
+    epoch_seconds: float = 0.0      # seconds they took (train/tok_s)
+
+    @classmethod
+    def from_dict(cls, values):
+        names = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(values, dict) or set(values) - names:
+            raise CheckpointError("the checkpoint's training state is not one mtx writes; "
+                                  "resume from another checkpoint")
+        return cls(**values)
+
+    def start_epoch(self):
+        """Counters of a new epoch (after the previous one ended)."""
+        self.batch_in_epoch = self.epoch_tokens = self.epoch_skipped = self.epoch_job_tokens = 0
+        self.epoch_nll = self.epoch_seconds = 0.0
+
+    @property
+    def epoch_loss(self):
+        return self.epoch_nll / max(self.epoch_tokens, 1)

@@ -1,0 +1,87 @@
+"""One training step and the validation loss: functions of the pieces and a batch.
+
+`train_step` queues the forward, backward and update on the devices and returns device arrays;
+nothing is read back to the host (the loop reads the loss every `train.log_every` steps).
+"""
+import numpy as onp
+from mxnet import autograd
+
+from ..devices import to_device
+from ..errors import TrainingError
+from ..optimizer import gradient_scale
+from ..parallel import split_rows
+from ..schedule import inverse_sqrt_warmup
+
+
+def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None):
+    """Update ``step`` (counted from 1) on the job's ``batch``; this process computes its rows
+    on its devices. Returns (this process's nll sum (device scalar), finite flag (device
+    scalar), its target tokens)."""
+    parts = parallel.local_parts(batch)
+    losses, nlls, ctx0 = [], [], pieces.ctxs[0]
+    with autograd.record():
+        for part, ctx in zip(parts, pieces.ctxs):
+            weight = 1.0
+            if len(part.ids) == 0:  # more devices than rows: a zero-weighted row keeps this
+                part, weight = split_rows(batch, len(batch.ids))[0], 0.0  # device in step
+            src, src_len, tgt_in, tgt_out, tgt_len = to_device(part, ctx)
+            loss, nll = pieces.loss_fn(pieces.model(src, src_len, tgt_in), tgt_out, tgt_len)
+            if pieces.loss_scales:
+                loss = loss * pieces.loss_scales[ctx].value.as_np_ndarray()
+            losses.append(loss * weight)
+            nlls.append(nll.as_in_ctx(ctx0) * weight)
+            if weight and times_seen is not None:
+                onp.add.at(times_seen, part.ids, 1)
+    autograd.backward(losses)
+    pieces.trainer.set_learning_rate(inverse_sqrt_warmup(step, train_cfg.lr,
+                                                         train_cfg.warmup_steps))
+    pieces.trainer.allreduce_grads()  # every device now holds the job's gradient sum
+    for ctx in pieces.ctxs:  # clip, 1 / the job's tokens, and 0 (skip) if not finite
+        tokens = batch.num_tgt_tokens
+        if pieces.loss_scales:  # the gradients are of the scaled loss
+            tokens = pieces.loss_scales[ctx].value * tokens
+        scale, finite = gradient_scale([p.grad(ctx) for p in pieces.params],
+                                       train_cfg.clip_norm, tokens)
+        pieces.trainer.optimizer.scales[ctx] = scale
+        if pieces.loss_scales:
+            pieces.loss_scales[ctx].update(finite)
+    pieces.trainer.update(1)  # the scale above already divides by the tokens
+    return (sum(nlls), finite.as_np_ndarray().reshape(()),
+            sum(part.num_tgt_tokens for part in parts))
+
+
+def validation_loss(pieces, batches):
+    """Mean per-token nll over ``batches`` (dropout off), on the first device."""
+    nll_sum, tokens = 0.0, 0
+    for batch in batches:
+        src, src_len, tgt_in, tgt_out, tgt_len = to_device(batch, pieces.ctxs[0])
+        nll_sum += float(pieces.loss_fn(pieces.model(src, src_len, tgt_in), tgt_out, tgt_len)[1])
+        tokens += batch.num_tgt_tokens
+    return nll_sum / max(tokens, 1)
+
+
+class LossMeter:
+    """Reads the queued steps' losses from the device when asked (`flush`) into the epoch's
+    sums in ``state`` (a TrainState). Non-finite steps (skipped by the optimizer) are counted,
+    not averaged; ``max_nonfinite`` in a row stop training."""
+
+    def __init__(self, state, max_nonfinite):
+        self.state, self.max_nonfinite, self.pending, self.nonfinite_run = state, max_nonfinite, [], 0
+
+    def add(self, nll, finite, tokens):
+        self.pending.append((nll, finite, tokens))
+
+    def flush(self):
+        for nll, finite, tokens in self.pending:
+            if float(finite):
+                self.state.epoch_nll += float(nll)
+                self.state.epoch_tokens += tokens
+                self.nonfinite_run = 0
+            else:
+                self.state.epoch_skipped += 1
+                self.nonfinite_run += 1
+        self.pending = []
+        if self.nonfinite_run >= self.max_nonfinite:
+            raise TrainingError(f"the loss was not finite for {self.nonfinite_run} steps in a "
+                                f"row; lower train.lr or raise train.warmup_steps (the last "
+                                f"good checkpoint is kept)")
