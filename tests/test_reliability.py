@@ -1,97 +1,158 @@
-"""Never lose a run: kill -9 and resume reproduces the uninterrupted run; damaged checkpoints
-are skipped or refused with one clear line."""
+"""Never lose a run: kill -9 at any moment and resume reproduces the uninterrupted run; damaged
+checkpoints are skipped or refused with one clear line; nothing a run did not write is loaded."""
+import json
+import os
+import pickle
 import random
 import signal
 import subprocess
 import sys
 import time
 
-import numpy as onp
-from mxnet import npx
+import pytest
 
-from mtx.errors import FileWriteError
 from tests.conftest import ROOT
 
-SMOKE = ["experiment=smoke", "train.max_epochs=4", "train.eval_bleu=false", "train.keep_last=4"]
+# Three short epochs of the toy task, a resume point at every log point (5 steps): the kills
+# below land inside epochs and resume mid-epoch.
+SMOKE = ["experiment=smoke", "train.max_epochs=3", "train.eval_bleu=false", "train.keep_last=3",
+         "train.log_every=5", "train.save_every_minutes=0", "model.dropout=0.1",
+         "model.attention_dropout=0.1"]
+STEPS = 3 * 39  # updates of the uninterrupted run (39 batches an epoch)
 
 
-def _train(run_dir, *extra):
+def _train(run_dir, *extra, kill_at=None):
+    env = dict(os.environ)
+    env.pop("MTX_KILL_AT", None)
+    if kill_at:
+        env["MTX_KILL_AT"] = kill_at
     return subprocess.Popen([sys.executable, str(ROOT / "scripts" / "train.py"), *SMOKE,
                              f"hydra.run.dir={run_dir}", *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, env=env)
 
 
-def _params(path):
-    return {k: v.asnumpy() for k, v in npx.load(str(path)).items()}
+def _finish(process, code=0):
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=600) == code, err[-3000:]
+    return err
 
 
-def test_kill_9_then_resume_gives_the_uninterrupted_parameters(tmp_path):
-    full = _train(tmp_path / "full")
-    assert full.wait(timeout=300) == 0, full.stderr.read().decode()[-2000:]
-
-    killed = _train(tmp_path / "killed")
-    first = tmp_path / "killed" / "checkpoints" / "epoch_001.params"
-    deadline = time.time() + 240
-    while not first.exists() and time.time() < deadline and killed.poll() is None:
-        time.sleep(0.05)
-    time.sleep(random.uniform(0.0, 1.0))
-    killed.send_signal(signal.SIGKILL)
-    assert killed.wait() == -signal.SIGKILL  # it was still training
-    resumed = _train(tmp_path / "killed", "train.resume=true")
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()[-2000:]
-
-    expected = _params(tmp_path / "full" / "checkpoints" / "epoch_004.params")
-    actual = _params(tmp_path / "killed" / "checkpoints" / "epoch_004.params")
-    assert expected.keys() == actual.keys()
-    for name in expected:
-        assert onp.array_equal(expected[name], actual[name]), name
-    epochs = [line for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
-    assert len(epochs) == 4  # a redone epoch is recorded once
+def _outcome(run_dir):
+    """What must not depend on interruptions: the last epoch's parameter and optimizer files
+    (content-addressed: their SHA-256), the test translations and the per-epoch records."""
+    manifest = json.loads((run_dir / "checkpoints" / "epoch_003.json").read_text())
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    hyps = (run_dir / "test_2016_flickr.hyp.tgt").read_text()
+    return manifest["sha256"], [(m["epoch"], m["step"], m["train/loss"]) for m in metrics], hyps
 
 
-def test_resume_skips_a_truncated_checkpoint(tmp_path):
-    run = _train(tmp_path / "run", "train.max_epochs=2")
-    assert run.wait(timeout=300) == 0
-    last = tmp_path / "run" / "checkpoints" / "epoch_002.params"
-    last.write_bytes(last.read_bytes()[:1000])
-    resumed = _train(tmp_path / "run", "train.resume=true", "train.max_epochs=2")
-    assert resumed.wait(timeout=300) == 0
-    log = (tmp_path / "run" / "train.log").read_text()
-    assert "skipping epoch_002.params" in log and "resumed from epoch_001.params" in log
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("full") / "run"
+    _finish(_train(run_dir))
+    return _outcome(run_dir)
 
 
-def test_resume_with_another_config_is_refused(tmp_path):
-    run = _train(tmp_path / "run", "train.max_epochs=1")
-    assert run.wait(timeout=300) == 0
-    other = _train(tmp_path / "run", "train.resume=true", "model.num_hiddens=64")
-    assert other.wait(timeout=300) == 2
-    err = other.stderr.read().decode().strip().splitlines()
-    assert err[-1].startswith("error: ") and "no intact checkpoint matches" in err[-1]
+KILL_SEED = 20261130
+_draw = random.Random(KILL_SEED)
+KILLS = [f"step:{_draw.randint(1, STEPS)}",           # inside a step, anywhere in the run
+         f"checkpoint:{_draw.randint(2, 20)}",        # data files written, manifest not yet
+         f"evaluation:{_draw.randint(1, 3)}",         # the end-of-epoch validation
+         "final_translation:1"]                       # translating the test split at the end
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_at", KILLS)
+def test_kill_9_then_resume_gives_the_uninterrupted_run(kill_at, uninterrupted, tmp_path):
+    """kill -9 at the moment ``kill_at`` (drawn with seed KILL_SEED), then `train.resume=true`:
+    the same parameters, optimizer state, records and translations as never interrupted."""
+    print(f"killing at {kill_at} (seed {KILL_SEED})")
+    run_dir = tmp_path / "run"
+    _finish(_train(run_dir, kill_at=kill_at), -signal.SIGKILL)
+    err = _finish(_train(run_dir, "train.resume=true"))
+    assert "Traceback" not in err
+    assert _outcome(run_dir) == uninterrupted
+
+
+@pytest.mark.slow
+def test_resume_skips_a_damaged_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    _finish(_train(run_dir, "train.max_epochs=2"))
+    latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
+    params = run_dir / "checkpoints" / latest["files"]["params"]  # also epoch_002's
+    params.write_bytes(params.read_bytes()[:1000])
+    _finish(_train(run_dir, "train.resume=true", "train.max_epochs=2"))
+    log = (run_dir / "train.log").read_text()
+    assert "skipping latest: " in log and "skipping epoch_002: " in log
+    assert "resumed from epoch_001" in log
+
+
+@pytest.mark.slow
+def test_resume_with_another_config_is_refused_before_anything_is_written(tmp_path):
+    run_dir = tmp_path / "run"
+    _finish(_train(run_dir, "train.max_epochs=1"))
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}
+    err = _finish(_train(run_dir, "train.resume=true", "model.num_hiddens=64"), 2)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "model.num_hiddens" in last and "Traceback" not in err
+    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}
+    assert after == before  # (train.log: Hydra appends the error line to the run's log)
+
+
+@pytest.mark.slow
+def test_a_new_run_into_a_used_directory_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    _finish(_train(run_dir, "train.max_epochs=1"))
+    err = _finish(_train(run_dir, "train.max_epochs=1"), 2)
+    assert "already holds a run" in err.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_a_tampered_optimizer_state_is_never_unpickled(tmp_path):
+    """Resume verifies every `.states` file against its manifest before MXNet unpickles it: a
+    pickle that would create a file when loaded is refused, and the file is never created."""
+    run_dir = tmp_path / "run"
+    _finish(_train(run_dir, "train.max_epochs=1"))
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    for states in (run_dir / "checkpoints").glob("*.states"):
+        states.write_bytes(pickle.dumps(Payload()))
+    err = _finish(_train(run_dir, "train.resume=true", "train.max_epochs=2"), 2)
+    assert "no intact checkpoint" in err.strip().splitlines()[-1]
+    assert not marker.exists()
+
+
+@pytest.mark.slow
 def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
     run = _train(tmp_path / "run", "train.max_epochs=50")
-    first = tmp_path / "run" / "checkpoints" / "epoch_001.params"
+    first = tmp_path / "run" / "checkpoints" / "epoch_001.json"
     deadline = time.time() + 240
     while not first.exists() and time.time() < deadline and run.poll() is None:
         time.sleep(0.05)
     run.send_signal(signal.SIGINT)
-    assert run.wait(timeout=60) == 130
-    err = run.stderr.read().decode()
+    err = _finish(run, 130)
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "interrupted"
-    assert (tmp_path / "run" / "checkpoints" / "interrupted.params").is_file()
+    manifest = json.loads((tmp_path / "run" / "checkpoints" / "interrupted.json").read_text())
+    assert (tmp_path / "run" / "checkpoints" / manifest["files"]["params"]).is_file()
 
 
 def test_full_disk_keeps_the_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch):
+    import dataclasses
     import errno
-    import pytest
-    from mtx import checkpoint as ckpt
+    import mxnet as mx
+    from mtx.errors import FileWriteError
     from mtx.model import Transformer
+    from mtx.rundir import RunDir
+    run = RunDir(tmp_path)
     model = Transformer(tiny_cfg)
     model.initialize()
-    path = tmp_path / "best.params"
-    ckpt.save_params(model, path, step=1)
-    before = path.read_bytes()
+    run.write_json("model.json", dataclasses.asdict(tiny_cfg))
+    run.save("best", model, step=1)
+    before = {p.name: p.read_bytes() for p in run.checkpoints.iterdir()}
 
     def no_space(filename, *args, **kwargs):
         with open(filename, "wb") as f:
@@ -100,19 +161,48 @@ def test_full_disk_keeps_the_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch
 
     monkeypatch.setattr(model, "save_parameters", no_space)
     with pytest.raises(FileWriteError, match="No space left on device.*previous file is kept"):
-        ckpt.save_params(model, path, step=2)
-    assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json", "best.params"]
+        run.save("best", model, step=2)
+    assert {p.name: p.read_bytes() for p in run.checkpoints.iterdir()} == before
+    assert run.verify("best")["step"] == 1
+    run.load(run.verify("best"), Transformer(tiny_cfg), mx.cpu())
+
+
+def test_a_crash_between_files_and_manifest_keeps_the_old_unit(tiny_cfg, tmp_path, monkeypatch):
+    """The manifest is the commit point: new data files without their manifest leave the
+    previous checkpoint whole (never a new .params paired with an old description)."""
+    import dataclasses
+    from mtx import faults
+    from mtx.model import Transformer
+    from mtx.rundir import RunDir
+    run = RunDir(tmp_path)
+    model = Transformer(tiny_cfg)
+    model.initialize()
+    run.write_json("model.json", dataclasses.asdict(tiny_cfg))
+    first = run.save("best", model, step=1)
+    for p in model.collect_params().values():
+        p.set_data(p.data() + 1)
+
+    def crash(name):
+        if name == "checkpoint":
+            raise RuntimeError("power cut")
+    monkeypatch.setattr(faults, "point", crash)
+    with pytest.raises(RuntimeError):
+        run.save("best", model, step=2)
+    assert run.verify("best")["sha256"] == first["sha256"]
+    run.collect_garbage()  # the orphaned new files go; the old unit stays
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == sorted(
+        ["best.json", first["files"]["params"]])
 
 
 def test_non_finite_steps_are_skipped_whole_and_counted():
     import math
     import mxnet as mx
-    import pytest
+    import numpy as onp
     from mxnet import gluon, np
-    from mtx.optimizer import gradient_scale
     from mtx.errors import TrainingError
-    from mtx.trainer import LossMeter
+    from mtx.optimizer import gradient_scale
+    from mtx.training.state import TrainState
+    from mtx.training.steps import LossMeter
     param = mx.gluon.Parameter("w", shape=(3,))
     param.initialize()
     param.grad()[:] = np.array([3.0, 4.0, 0.0])
@@ -136,11 +226,12 @@ def test_non_finite_steps_are_skipped_whole_and_counted():
     assert onp.array_equal(param.data().asnumpy(), moved)
     for before, after in zip(moments, trainer._updaters[0].states[0]):
         assert onp.array_equal(before, after.asnumpy())
-    meter = LossMeter(max_nonfinite=3)
+    state = TrainState()
+    meter = LossMeter(state, max_nonfinite=3)
     meter.add(np.array(2.0), np.array(True), 4)
     meter.add(np.array(math.nan), np.array(False), 4)
     meter.flush()
-    assert (meter.mean, meter.skipped) == (0.5, 1)
+    assert (state.epoch_loss, state.epoch_skipped) == (0.5, 1)
     for _ in range(3):
         meter.add(np.array(math.inf), np.array(False), 4)
     with pytest.raises(TrainingError, match="not finite for 4 steps in a row"):

@@ -91,33 +91,32 @@ class Fit:
         meter = LossMeter(state, cfg.max_nonfinite_steps)
         seed_everything(position_seed(self.seed, state.epoch, state.batch_in_epoch))
         tic = time.time()
-        bar = tqdm(total=len(batches), initial=state.batch_in_epoch, leave=False, mininterval=2,
-                   desc=f"epoch {state.epoch + 1}", dynamic_ncols=True,
-                   disable=not self.parallel.is_chief)
-        for batch in batches[state.batch_in_epoch:]:
-            state.step += 1
-            meter.add(*train_step(self.pieces, self.parallel, batch, state.step, cfg,
-                                  self.times_seen))
-            state.batch_in_epoch += 1
-            state.epoch_job_tokens += batch.num_tgt_tokens
-            bar.update()
-            faults.point("step")
-            if state.batch_in_epoch % cfg.log_every == 0 and state.batch_in_epoch < len(batches):
-                meter.flush()  # the only device->host reads of the loop
-                state.epoch_seconds += time.time() - tic
-                tic = time.time()
-                bar.set_postfix(loss=f"{state.epoch_loss:.3f}",
-                                tok_s=f"{state.epoch_job_tokens / state.epoch_seconds:.0f}")
-                if self.log_point():
-                    break
-            elif not self.parallel.distributed and self.out_of_time():
-                break  # one process: the budget is checked after every step
-            self.check_interrupt()
-        else:
-            stopped = False
+        with tqdm(total=len(batches), initial=state.batch_in_epoch, leave=False, mininterval=2,
+                  desc=f"epoch {state.epoch + 1}", dynamic_ncols=True,
+                  disable=not self.parallel.is_chief) as bar:
+            for batch in batches[state.batch_in_epoch:]:
+                state.step += 1
+                meter.add(*train_step(self.pieces, self.parallel, batch, state.step, cfg,
+                                      self.times_seen))
+                state.batch_in_epoch += 1
+                state.epoch_job_tokens += batch.num_tgt_tokens
+                bar.update()
+                faults.point("step")
+                if state.batch_in_epoch % cfg.log_every == 0 and state.batch_in_epoch < len(batches):
+                    meter.flush()  # the only device->host reads of the loop
+                    state.epoch_seconds += time.time() - tic
+                    tic = time.time()
+                    bar.set_postfix(loss=f"{state.epoch_loss:.3f}",
+                                    tok_s=f"{state.epoch_job_tokens / state.epoch_seconds:.0f}")
+                    if self.log_point():
+                        break
+                elif not self.parallel.distributed and self.out_of_time():
+                    break  # one process: the budget is checked after every step
+                self.check_interrupt()
+            else:
+                stopped = False
         meter.flush()
         state.epoch_seconds += time.time() - tic
-        bar.close()
         if state.epoch_skipped:
             log.warning("epoch %d: %d steps had a non-finite loss; their updates were skipped",
                         state.epoch + 1, state.epoch_skipped)
