@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from mtx.cli import typed
+from mtx.commands.common import typed
 from mtx.config import ConfigError, ModelConfig
 from tests.conftest import ROOT, run_script
 

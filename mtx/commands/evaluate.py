@@ -1,0 +1,54 @@
+"""scripts/evaluate.py: translate a split of the run's corpus (or any source/reference files) and
+score it; sacreBLEU, chrF and tokenized-lowercased BLEU to stdout, hypotheses and a JSON of the
+scores into <run>/eval/ (or out_dir=)."""
+import json
+from pathlib import Path
+
+from mxnet import npx
+
+from ..errors import DataError
+from ..evaluation import translate_and_score
+from ..files import atomic_write_text
+from ..lines import read_parallel
+from ..multi30k import load_multi30k
+from .common import decoding_setup, writable_out_dir
+
+
+def read_files(cfg):
+    """(name, source lines, reference lines) of source=/reference=, or None (then split=)."""
+    if not (cfg.source or cfg.reference):
+        return None
+    if not (cfg.source and cfg.reference):
+        raise DataError("give both source= and reference=, or neither (then split= is used)")
+    return (Path(cfg.source).name, *read_parallel(cfg.source, cfg.reference))
+
+
+def read_split(cfg, data_cfg):
+    """(name, source lines, reference lines) of split= of the run's Multi30k language pair."""
+    if data_cfg is None or data_cfg.name != "multi30k":
+        raise DataError(f"{cfg.ckpt} was not trained on Multi30k: pass source= and reference=")
+    splits = load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, cfg.raw_dir, cfg.cache_dir)
+    if cfg.split not in splits:
+        raise DataError(f"split={cfg.split}: choose one of {', '.join(splits)}")
+    return (cfg.split, *splits[cfg.split])
+
+
+def evaluate(cfg):
+    """Score the run ``cfg.ckpt`` on ``cfg.split`` or on ``cfg.source``/``cfg.reference``;
+    returns the scores."""
+    npx.set_np()
+    texts = read_files(cfg)  # bad files fail before the model loads
+    decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
+    out_dir = writable_out_dir(cfg, "eval")
+    name, sources, references = texts or read_split(cfg, data_cfg)
+    tgt_lang = data_cfg.tgt_lang if data_cfg else "en"
+    hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,
+                                             references, tgt_lang)
+    stem = f"{name}.beam{decode_cfg.beam_size}.lp{decode_cfg.length_penalty}"
+    atomic_write_text(out_dir / f"{stem}.hyp", "\n".join(hypotheses) + "\n")
+    atomic_write_text(out_dir / f"{stem}.json", json.dumps(scores, indent=1))
+    for metric in ("sacrebleu", "chrf", "bleu_tok_lc"):
+        print(f"{name} {metric} = {scores[metric]['score']:.2f}  {scores[metric]['signature']}")
+    print(f"{len(sources)} sentences in {scores['decode_seconds']:.1f} s "
+          f"({scores['sentences_per_second']} sentences/s); hypotheses: {out_dir / stem}.hyp")
+    return scores

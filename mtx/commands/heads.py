@@ -1,0 +1,129 @@
+"""scripts/heads.py: which heads of a trained run matter, and how much faster the model gets
+without the rest. Writes into <run>/heads/ (or out_dir=): importance.json/.png, pruning.json/.png,
+pruned/ (a smaller run directory, fine-tuned there when finetune.minutes > 0) and speed.json."""
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as onp
+from mxnet import npx
+
+from .. import heads
+from ..corpus import load_corpus
+from ..devices import resolve_device
+from ..errors import ConfigError
+from ..head_study import (GatedScorer, choose_pruning, compare_speed, curves, finetune,
+                          importance_scores, save_pruned_run, write_json)
+from ..pictures import importance_heatmaps, pruning_plot
+from ..rundir import RunDir, load_run
+from .common import typed, writable_out_dir
+
+
+def removal_orders(cfg, model, scores, src_ids, tgt_ids, ctx):
+    """The non-random orders to try: {name: [(a, h), ...]}."""
+    orders = {"importance": heads.removal_order(scores["gradient"])}
+    shape = scores["gradient"].shape
+    if cfg.iterative:
+        orders["iterative"] = heads.iterative_order(
+            lambda gates: heads.gradient_importance(model, src_ids, tgt_ids, ctx, gates=gates),
+            shape)
+    if cfg.iterative_loss:
+        loss = heads.gated_loss(model, src_ids, tgt_ids, ctx)
+        orders["iterative_loss"] = heads.iterative_order(
+            lambda gates: heads.loss_importance(loss, gates), shape)
+    return orders
+
+
+def heads_to_remove(cfg, model_cfg):
+    """prune_fraction= as a number of heads (None: chosen by max_bleu_loss), checked against the
+    steps of the pruning curves before the study."""
+    all_heads = model_cfg.num_attention_layers * model_cfg.num_heads
+    if cfg.prune_fraction is None:
+        return None
+    to_remove = int(round(cfg.prune_fraction * all_heads))
+    if to_remove not in heads.curve_steps(all_heads):
+        raise ConfigError(f"prune_fraction={cfg.prune_fraction} removes {to_remove} heads, "
+                          f"not a step of the pruning curves; pick one that removes one of "
+                          f"{heads.curve_steps(all_heads)} of the {all_heads} heads")
+    return to_remove
+
+
+def setup(cfg):
+    """The run, its corpus and every setting of the study, checked before any work."""
+    ctx, run_dir = resolve_device(cfg.device), Path(cfg.ckpt)
+    decode_cfg = typed(cfg, "decode")
+    model, tokenizer, data_cfg = load_run(run_dir, ctx, cfg.checkpoint)
+    out = writable_out_dir(cfg, "heads")
+    run_cfg = RunDir(run_dir).train_config()
+    if data_cfg.name == "multi30k":
+        data_cfg = dataclasses.replace(data_cfg, raw_dir=cfg.raw_dir)
+    finetune_cfg = dataclasses.replace(
+        typed(run_cfg, "train"), lr=cfg.finetune.lr, warmup_steps=cfg.finetune.warmup_steps,
+        max_minutes=cfg.finetune.minutes, resume=False, devices=None, kvstore="device"
+    ) if cfg.finetune.minutes else None
+    to_remove = heads_to_remove(cfg, model.cfg)
+    corpus = load_corpus(data_cfg, cfg.cache_dir, run_cfg.seed, tokenizer)
+    model.hybridize(static_alloc=True)
+    return SimpleNamespace(ctx=ctx, run_dir=run_dir, out=out, model=model, tokenizer=tokenizer,
+                           data_cfg=data_cfg, corpus=corpus, seed=run_cfg.seed,
+                           decode_cfg=decode_cfg, finetune_cfg=finetune_cfg, to_remove=to_remove)
+
+
+def score_heads(cfg, s):
+    """Importance scores and pruning curves, written to importance.* and pruning.*: (shape,
+    orders, curve points)."""
+    split, n = cfg.importance_split, cfg.max_sentences
+    sources, references = (x[:n] for x in s.corpus.text[split])
+    src_ids, tgt_ids = (ids[:n] for ids in s.corpus.ids[split])
+    scorer = GatedScorer(s.model, s.tokenizer, sources, references, s.ctx)
+    scores = importance_scores(s.model, s.corpus, split, n, scorer, s.ctx, cfg.leave_one_out)
+    names = heads.layer_names(s.model.cfg)
+    write_json(s.out / "importance.json", {"layers": names, **scores})
+    importance_heatmaps(scores, names, s.out / "importance.png")
+    shape = scores["gradient"].shape
+    orders, points = curves(scorer, shape, removal_orders(cfg, s.model, scores, src_ids, tgt_ids,
+                                                          s.ctx), cfg.random_orders)
+    write_json(s.out / "pruning.json", {"orders": orders, "curves": points})
+    pruning_plot(points, shape[0] * shape[1], s.out / "pruning.png")
+    return shape, orders, points
+
+
+def prune_and_time(cfg, s, shape, orders, points):
+    """The pruned run (fine-tuned if asked) in pruned/, and its speed against the full model."""
+    order_name, removed = choose_pruning(points, cfg.max_bleu_loss, s.to_remove)
+    gates = onp.ones(shape)
+    for a, h in orders[order_name][:removed]:
+        gates[a, h] = 0
+    pruned = heads.prune(s.model, gates, s.ctx)
+    meta = {"removed_heads": removed, "order": order_name}
+    shutil.rmtree(s.out / "pruned", ignore_errors=True)  # no checkpoints of an earlier study
+    models = {"full": load_run(s.run_dir, s.ctx, cfg.checkpoint)[0]}  # s.model is traced with gates
+    if s.finetune_cfg is not None:
+        models["pruned_before_finetune"] = pruned
+        pruned, choice = finetune(pruned, s.corpus, s.data_cfg, s.finetune_cfg, s.decode_cfg,
+                                  s.out / "pruned", s.ctx, s.seed)
+        meta["finetune"] = {"minutes": cfg.finetune.minutes, "lr": cfg.finetune.lr,
+                            "warmup_steps": cfg.finetune.warmup_steps, "final": choice}
+    save_pruned_run(pruned, s.run_dir, s.out / "pruned", meta)
+    models["pruned"] = pruned
+    for m in models.values():
+        m.hybridize(static_alloc=True)
+    test_src, test_ref = s.corpus.text[cfg.test_split]
+    speed = {**meta, "kept_per_layer": pruned.cfg.heads_per_layer,
+             "decode": dict(s.decode_cfg.__dict__), "split": cfg.test_split,
+             **compare_speed(models, cfg.timing_rounds, s.tokenizer, s.decode_cfg, s.ctx,
+                             test_src, test_ref, s.data_cfg.tgt_lang)}
+    speed["speedup"] = round(speed["full"]["best"] / speed["pruned"]["best"], 3)
+    write_json(s.out / "speed.json", speed)
+    return speed
+
+
+def study_heads(cfg):
+    """The whole study of the run ``cfg.ckpt``; returns speed.json's dict."""
+    npx.set_np()
+    s = setup(cfg)
+    speed = prune_and_time(cfg, s, *score_heads(cfg, s))
+    print(json.dumps({k: speed[k] for k in ("removed_heads", "speedup")}))
+    return speed

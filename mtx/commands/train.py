@@ -1,0 +1,39 @@
+"""scripts/train.py: train a model, pick its final checkpoint, score the test split. The run
+directory is Hydra's output directory; it keeps the config, tokenizer, checkpoints,
+metrics.jsonl and report.json."""
+import json
+import logging
+
+from mxnet import npx
+
+from .. import training
+from ..devices import resolve_device
+from .common import typed
+
+log = logging.getLogger("mtx")
+
+
+def train(cfg):
+    """Train with the composed config ``cfg``; returns the validation BLEU (for Hydra sweepers;
+    None on cluster workers other than rank 0, and without a validation score)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+    npx.set_np()
+    model_cfg, data_cfg = typed(cfg, "model"), typed(cfg, "data")
+    train_cfg, decode_cfg = typed(cfg, "train"), typed(cfg, "decode")
+    for device in train_cfg.devices or [cfg.device]:
+        resolve_device(device)  # a missing GPU is a config error before any work
+    run_dir = HydraConfig.get().runtime.output_dir
+    report = training.train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir,
+                            cfg.paths.cache_dir, seed=cfg.seed, device=cfg.device,
+                            config_yaml=OmegaConf.to_yaml(cfg, resolve=True))
+    if report is None:  # a worker other than rank 0: rank 0 reports
+        return None
+    for split, scores in report["scores"].items():
+        for name in ("sacrebleu", "bleu_tok_lc", "chrf"):
+            log.info("%s %s = %.2f  %s", split, name, scores[name]["score"],
+                     scores[name]["signature"])
+    log.info("run directory: %s", run_dir)
+    print(json.dumps({k: report["scores"][k]["sacrebleu"] for k in report["scores"]}))
+    valid = report["final"]["valid_bleu"]
+    return valid["score"] if valid else None

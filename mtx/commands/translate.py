@@ -1,0 +1,68 @@
+"""scripts/translate.py: translate text with a trained run, one output line per input line, in
+input order (decode.nbest=N>1: N lines ``LINE<TAB>RANK<TAB>SCORE<TAB>TEXT`` per input line)."""
+import os
+import sys
+
+from mxnet import npx
+
+from ..errors import ConfigError, FileWriteError
+from ..lines import file_chunks, stream_chunks
+from ..search import Translator
+from .common import decoding_setup, readable_file, writable_file
+
+
+def format_nbest(number, nbest):
+    return "".join(f"{number}\t{rank}\t{score:.4f}\t{text}\n"
+                   for rank, (text, score) in enumerate(nbest, 1))
+
+
+def check_paths(cfg):
+    """input= readable, output= writable and not the input itself: before the model loads."""
+    if cfg.input:
+        readable_file(cfg.input, "input")
+    if cfg.output:
+        writable_file(cfg.output, "output")
+        if cfg.input and os.path.exists(cfg.output) and os.path.samefile(cfg.input, cfg.output):
+            raise ConfigError(f"output={cfg.output} is the input file; writing would erase it "
+                              f"before it is read: choose another output file")
+
+
+def open_output(path):
+    """The output file opened for writing (stdout when ``path`` is null)."""
+    if not path:
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as err:
+        raise FileWriteError(f"output={path}: {err.strerror}; give a file in an existing, "
+                             f"writable directory") from None
+
+
+def attention_png(cfg, model, tokenizer, ctx):
+    """attention_png=DIR: heatmaps of the first input line's attention, written into DIR."""
+    from ..pictures import attention_pictures
+    with open(cfg.input, encoding="utf-8", errors="replace") as f:
+        attention_pictures(model, tokenizer, f.readline().strip(), cfg.attention_png, ctx)
+
+
+def translate(cfg):
+    """Translate ``cfg.input`` (or stdin) into ``cfg.output`` (or stdout)."""
+    npx.set_np()
+    check_paths(cfg)
+    decode_cfg, ctx, model, tokenizer, _ = decoding_setup(cfg)
+    translator = Translator(model, tokenizer, decode_cfg, ctx)
+    chunks = file_chunks(cfg.input) if cfg.input else stream_chunks(sys.stdin.fileno())
+    out = open_output(cfg.output)
+    try:
+        for chunk in chunks:
+            numbers, lines = zip(*chunk)
+            results = translator.translate_nbest(list(lines), first_line=numbers[0])
+            for number, nbest in zip(numbers, results):
+                out.write(format_nbest(number, nbest) if decode_cfg.nbest > 1
+                          else nbest[0][0] + "\n")
+            out.flush()
+        if cfg.attention_png and cfg.input:
+            attention_png(cfg, model, tokenizer, ctx)
+    finally:
+        if out is not sys.stdout:
+            out.close()
