@@ -1,0 +1,270 @@
+"""Every script ends bad input with one line and an exit code, never a traceback.
+
+Exit codes (`mtx.errors`): 2 a user error (``error: <what and how to fix>``), 130 Ctrl-C
+(``interrupted``), 1 a bug (``error: internal error (...); this is a bug, ...``).
+
+"One line" is checked by `assert_one_line`: among the non-empty lines of stderr, every line
+except logging and warning lines is the last line. A logging/warning line is one that starts
+with ``[`` (a Python logging record, ``[INFO] ...`` or ``[<time>][<logger>][INFO] - ...``, or
+MXNet's C++ log ``[02:05:18] src/...``), or with ``warning: `` (mtx's own warnings), or contains
+``Warning: `` (Python's warnings module: ``<file>:<line>: <Category>Warning: <message>``), or
+starts with whitespace (the source line the warnings module prints under its warning). A
+traceback is ruled out separately: stderr must not contain ``Traceback``.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from mtx.commands.common import run, typed
+from mtx.config import ConfigError, DataConfig, ModelConfig, TrainConfig, from_dict
+from mtx.errors import BUG, INTERRUPTED, USER_ERROR, DataError
+from tests.conftest import ROOT, run_script
+
+
+def is_log_line(line):
+    """A logging or warning line (module docstring)."""
+    return (line.startswith(("[", "warning: ")) or "Warning: " in line
+            or line[:1].isspace())
+
+
+def assert_one_line(stderr, returncode, code, first_words="error: "):
+    """``returncode`` is ``code``, no traceback, and stderr's only line that is not a
+    logging/warning line is its last one, which starts with ``first_words``: that line."""
+    err = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
+    assert returncode == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith(first_words), err[-3000:]
+    assert [line for line in lines if not is_log_line(line)] == [lines[-1]], err[-3000:]
+    return lines[-1]
+
+
+# -- the error handling itself, in this process ----------------------------------------------
+
+def _raise(err):
+    def main():
+        raise err
+    return main
+
+
+def test_user_error_is_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        run(_raise(DataError("data.txt has no lines; give a file with lines")))
+    line = assert_one_line(capsys.readouterr().err, exit_.value.code, USER_ERROR)
+    assert line == "error: data.txt has no lines; give a file with lines"
+
+
+def test_missing_file_is_a_user_error(capsys, tmp_path):
+    def main():
+        open(tmp_path / "missing.txt")
+    with pytest.raises(SystemExit) as exit_:
+        run(main)
+    line = assert_one_line(capsys.readouterr().err, exit_.value.code, USER_ERROR)
+    assert "missing.txt: No such file or directory" in line
+
+
+def test_ctrl_c_is_interrupted_exit_130(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        run(_raise(KeyboardInterrupt()))
+    assert_one_line(capsys.readouterr().err, exit_.value.code, INTERRUPTED, "interrupted")
+
+
+def test_a_bug_is_one_line_exit_1_and_the_traceback_goes_to_a_file(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        run(_raise(RuntimeError("boom\nsecond line")))
+    line = assert_one_line(capsys.readouterr().err, exit_.value.code, BUG)
+    assert line.startswith("error: internal error (RuntimeError: boom; second line); this is a "
+                           "bug, please report it with the log")
+    traceback_file = line.rsplit("traceback in ", 1)[1].rstrip(")")
+    try:
+        text = open(traceback_file).read()
+        assert "Traceback" in text and "RuntimeError: boom" in text
+    finally:
+        os.unlink(traceback_file)
+
+
+@pytest.mark.parametrize("cls, key, value, expected", [
+    (ModelConfig, "num_heads", "abc", "model.num_heads='abc' has type str; expected int"),
+    (ModelConfig, "num_heads", True, "model.num_heads=True has type bool; expected int"),
+    (TrainConfig, "lr", "fast", "train.lr='fast' has type str; expected float"),
+    (TrainConfig, "max_minutes", "soon", "expected float or null"),
+    (TrainConfig, "eval_bleu", "yes", "train.eval_bleu='yes' has type str; expected bool"),
+    (TrainConfig, "devices", [0], "expected a list of str or null"),
+    (DataConfig, "sizes", [10, "x", 10], "expected a list of int"),
+])
+def test_typed_values_are_checked(cls, key, value, expected):
+    section = {ModelConfig: "model", TrainConfig: "train", DataConfig: "data"}[cls]
+    with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("(", r"\(")):
+        from_dict(cls, {key: value}, section)
+
+
+def test_typed_accepts_what_the_configs_hold():
+    train = from_dict(TrainConfig, {"lr": 1, "max_minutes": None, "devices": ["cpu"]}, "train")
+    assert train.lr == 1
+    assert from_dict(ModelConfig, {"heads_per_layer": [2] * 9, "num_heads": 2}, "model")
+
+
+# -- the scripts, run as a user would ----------------------------------------------------------
+
+RUN = "{run}"  # the trained toy run (the session fixture, trained once)
+CASES = {
+    # id: (script, overrides, words of the error line)
+    "train-int-not-a-number": ("train", ["model.num_heads=abc"],
+                               "model.num_heads='abc' has type str; expected int"),
+    "train-float-not-a-number": ("train", ["train.lr=fast"],
+                                 "train.lr='fast' has type str; expected float"),
+    "train-unknown-key": ("train", ["model.num_layer=6"], "unknown key model.num_layer"),
+    "train-malformed-override": ("train", ["model.num_heads=["], "cannot parse the override"),
+    "train-missing-config-option": ("train", ["model=huge"], "choose one of base, small, tiny"),
+    "train-no-gpu": ("train", ["device=gpu"], "device=gpu but MXNet sees 0 GPU(s)"),
+    "train-unknown-device": ("train", ["device=tpu"], "device=tpu is not a device name"),
+    "translate-no-ckpt": ("translate", [], "ckpt= is required: pass a training run directory"),
+    "translate-ckpt-missing": ("translate", ["ckpt={tmp}/nothing"], "is not a directory"),
+    "translate-no-gpu": ("translate", [f"ckpt={RUN}", "device=gpu"], "device=gpu but MXNet"),
+    "evaluate-no-gpu": ("evaluate", [f"ckpt={RUN}", "device=gpu"], "device=gpu but MXNet"),
+    "heads-no-gpu": ("heads", [f"ckpt={RUN}", "device=gpu"], "device=gpu but MXNet"),
+    "translate-int-not-a-number": ("translate", [f"ckpt={RUN}", "decode.beam_size=abc"],
+                                   "decode.beam_size='abc' has type str; expected int"),
+    "translate-input-missing": ("translate", [f"ckpt={RUN}", "input={tmp}/missing.txt"],
+                                "input={tmp}/missing.txt: No such file or directory"),
+    "translate-input-is-a-directory": ("translate", [f"ckpt={RUN}", "input={tmp}"],
+                                       "input={tmp}: Is a directory"),
+    "translate-output-directory-missing": (
+        "translate", [f"ckpt={RUN}", "input={src}", "output={tmp}/no/such/out.txt"],
+        "the directory {tmp}/no/such does not exist"),
+    "translate-output-is-a-directory": ("translate", [f"ckpt={RUN}", "input={src}",
+                                                      "output={tmp}"], "is a directory"),
+    "translate-output-is-the-input": ("translate", [f"ckpt={RUN}", "input={src}",
+                                                    "output={src}"], "is the input file"),
+    "evaluate-empty-files": ("evaluate", [f"ckpt={RUN}", "source={empty}", "reference={empty}"],
+                             "have no lines"),
+    "evaluate-different-lengths": ("evaluate", [f"ckpt={RUN}", "source={src}",
+                                                "reference={short}"], "lines but"),
+    "evaluate-source-without-reference": ("evaluate", [f"ckpt={RUN}", "source={src}"],
+                                          "give both source= and reference="),
+    "evaluate-source-missing": ("evaluate", [f"ckpt={RUN}", "source={tmp}/missing.txt",
+                                             "reference={src}"], "cannot read"),
+}
+
+
+@pytest.fixture
+def files(tmp_path):
+    """{placeholder: path} for the overrides: a 3-line source, a 2-line reference, an empty
+    file, and the test's directory."""
+    (tmp_path / "src.txt").write_text("w1 w2 w3\nw4 w5\nw6\n")
+    (tmp_path / "short.txt").write_text("w3 w2 w1\nw5 w4\n")
+    (tmp_path / "empty.txt").write_text("")
+    return {"tmp": tmp_path, "src": tmp_path / "src.txt", "short": tmp_path / "short.txt",
+            "empty": tmp_path / "empty.txt"}
+
+
+def _fill(texts, request, files):
+    values = dict(files)
+    if any(RUN in text for text in texts):
+        values["run"] = request.getfixturevalue("toy_run")
+    return [text.format(**values) for text in texts]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_one_line_exit_2(case, request, files):
+    script, overrides, words = CASES[case]
+    overrides, (words,) = _fill(overrides, request, files), _fill([words], request, files)
+    if script == "train":
+        overrides += ["experiment=smoke", f"hydra.run.dir={files['tmp']}/run"]
+    done = run_script(script, *overrides)
+    line = assert_one_line(done.stderr, done.returncode, USER_ERROR)
+    assert words in line
+
+
+def run_read_only(directory, name, *overrides):
+    """run_script with ``directory`` read-only for the script: chmod a-w for a normal user;
+    root ignores permissions, so for root a read-only bind mount that only the script's own
+    mount namespace sees (unshare; the test is skipped where that is not allowed)."""
+    if os.geteuid() != 0:
+        mode = directory.stat().st_mode
+        directory.chmod(mode & ~0o222)
+        try:
+            return run_script(name, *overrides)
+        finally:
+            directory.chmod(mode)
+    if shutil.which("unshare") is None:
+        pytest.skip("root without unshare cannot make a directory read-only")
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         'mount --bind -o ro "$0" "$0" && exec "$@"', str(directory), sys.executable,
+         str(ROOT / "scripts" / f"{name}.py"), *overrides],
+        capture_output=True, cwd=ROOT, env=env, timeout=600)
+    if done.stderr.startswith((b"unshare:", b"mount:")):
+        pytest.skip(f"cannot make a read-only mount here: {done.stderr.decode().strip()}")
+    return done
+
+
+@pytest.fixture
+def read_only_run(toy_run, tmp_path):
+    """A copy of the toy run to make read-only (the session's run stays writable)."""
+    return shutil.copytree(toy_run, tmp_path / "run")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, extra", [
+    ("evaluate", ["source={src}", "reference={src}"]),
+    ("heads", ["max_sentences=4"]),
+])
+def test_read_only_run_directory_is_one_line_exit_2(script, extra, read_only_run, files):
+    overrides = [f"ckpt={read_only_run}", *(x.format(**files) for x in extra)]
+    done = run_read_only(read_only_run, script, *overrides)
+    line = assert_one_line(done.stderr, done.returncode, USER_ERROR)
+    assert f"cannot write into {read_only_run}/" in line
+    assert "the run directory is not writable; pass out_dir=" in line and "resume" not in line
+
+
+@pytest.mark.slow
+def test_output_in_a_read_only_directory_is_one_line_exit_2(toy_run, files):
+    read_only = files["tmp"] / "read_only"
+    read_only.mkdir()
+    done = run_read_only(read_only, "translate", f"ckpt={toy_run}", f"input={files['src']}",
+                         f"output={read_only}/out.txt")
+    line = assert_one_line(done.stderr, done.returncode, USER_ERROR)
+    assert f"output={read_only}/out.txt: the directory {read_only} is not writable" in line
+
+
+@pytest.mark.slow
+def test_evaluate_writes_to_out_dir(toy_run, files):
+    done = run_script("evaluate", f"ckpt={toy_run}", f"source={files['src']}",
+                      f"reference={files['src']}", f"out_dir={files['tmp']}/eval")
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert sorted(p.suffix for p in (files["tmp"] / "eval").iterdir()) == [".hyp", ".json"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_translating_is_interrupted_exit_130(toy_run):
+    """Ctrl-C while translate waits for input on stdin: ``interrupted``, exit 130."""
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "translate.py"),
+                             f"ckpt={toy_run}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    try:
+        seen = b""
+        while b"NumPy array semantics" not in seen:  # logged once the command has started
+            line = proc.stderr.readline()
+            assert line, seen.decode()
+            seen += line
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert_one_line(seen + rest, proc.returncode, INTERRUPTED, "interrupted")
+
+
+def test_typed_reads_a_composed_section():
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["model.num_heads=abc"])
+    with pytest.raises(ConfigError, match="model.num_heads='abc'"):
+        typed(cfg, "model")
