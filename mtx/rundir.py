@@ -149,6 +149,7 @@ class RunDir:
 
     def link(self, name, manifest):
         """Checkpoint ``name`` as the same files as ``manifest`` (no data is written again)."""
+        manifest = {k: v for k, v in manifest.items() if k != "paths"}  # as `verify` adds
         atomic_write_json(self.checkpoints / f"{name}.json", manifest, RESUME_HINT)
 
     def verify(self, name, model_cfg=None):

@@ -207,7 +207,9 @@ class Fit:
     def _run(self):
         """Epochs; one cut short by the budget ends like any other (validated, checkpointed)."""
         state = self.state
-        while state.epoch < self.cfg.max_epochs and not self.parallel.any(self.out_of_time()):
+        if state.step and self.parallel.any(self.out_of_time()):
+            return self.minutes()  # resumed after the budget was spent: nothing to train
+        while state.epoch < self.cfg.max_epochs:
             cut_short = not self.train_epoch()
             state.epoch += 1
             stop = None

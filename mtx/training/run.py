@@ -153,10 +153,11 @@ def continue_training(model, corpus, data_cfg, train_cfg, decode_cfg, run_dir, c
 
 
 def new_fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctxs, seed):
-    """A `Fit` on this process's devices ``ctxs`` alone (no cluster), its run directory created:
-    for fine-tuning, tests and benchmarks."""
+    """A `Fit` on this process's devices ``ctxs`` alone (no cluster), its run directory created
+    and its model initialised from ``seed``: for fine-tuning, tests and benchmarks."""
     run = RunDir(run_dir)
     run.checkpoints.mkdir(parents=True, exist_ok=True)
+    seed_everything(seed)  # the initial parameters
     parallel = DataParallel(ctxs, train_cfg.kvstore)
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore)
     return Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_len), train_cfg, decode_cfg, run,

@@ -1,0 +1,140 @@
+"""The run directory and the loop's bookkeeping: averaging, the final choice, early stopping,
+checkpoint rotation, the wall-clock budget, and damaged files named in one line."""
+import dataclasses
+import json
+
+import mxnet as mx
+import numpy as onp
+import pytest
+
+from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from mtx.corpus import load_corpus, save_tokenizer
+from mtx.errors import CheckpointError
+from mtx.model import Transformer
+from mtx.rundir import RunDir, load_run
+from mtx.training import choose_final, new_fit
+
+
+def _params(model):
+    return {k: p.data().asnumpy() for k, p in model._collect_params_with_prefix().items()}
+
+
+def _fit(tmp_path, **train_overrides):
+    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_len=64)
+    corpus = load_corpus(data_cfg, tmp_path / "cache", 3)
+    model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
+                            num_decoder_layers=1, vocab_size=len(corpus.tokenizer))
+    train_cfg = TrainConfig(**dict(dict(batch_tokens=256, max_epochs=1, eval_bleu=False,
+                                        warmup_steps=5, average_last=0), **train_overrides))
+    fit = new_fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(), tmp_path / "run",
+                  [mx.cpu()], 3)
+    fit.run_dir.write_json("model.json", dataclasses.asdict(model_cfg))
+    return fit
+
+
+def test_average_is_the_mean_of_the_checkpoints(tiny_cfg, tmp_path):
+    run = RunDir(tmp_path)
+    run.write_json("model.json", dataclasses.asdict(tiny_cfg))
+    model = Transformer(tiny_cfg)
+    model.initialize(mx.init.Xavier())
+    snapshots = []
+    for i in range(3):
+        for p in model.collect_params().values():
+            p.set_data(p.data() * (i + 1) + i)
+        run.save(f"epoch_{i + 1:03d}", model)
+        snapshots.append(_params(model))
+    manifest = run.average(model, ["epoch_002", "epoch_003"], mx.cpu())
+    averaged = Transformer(tiny_cfg)
+    run.load(run.verify("average"), averaged, mx.cpu())
+    for name, value in _params(averaged).items():
+        assert onp.allclose(value, (snapshots[1][name] + snapshots[2][name]) / 2, atol=1e-6), name
+    assert manifest["averaged"] == ["epoch_002", "epoch_003"]
+
+
+@pytest.mark.parametrize("average_wins", [True, False])
+def test_choose_final_takes_the_average_only_when_it_scores_as_well(tmp_path, average_wins):
+    fit = _fit(tmp_path, max_epochs=3, average_last=2, keep_last=2)
+    fit.run()
+    scores = iter([1.0, 1.0 if average_wins else 0.5, 1.0])  # best, average, best again
+
+    fit.evaluate = lambda split: (0.0, {"score": next(scores)})
+    choice = choose_final(fit)
+    assert choice["checkpoint"] == ("average" if average_wins else "best")
+    expected = fit.run_dir.verify(choice["checkpoint"])
+    loaded = Transformer(fit.model.cfg)
+    fit.run_dir.load(expected, loaded, mx.cpu())
+    assert all(onp.array_equal(v, _params(loaded)[k]) for k, v in _params(fit.model).items())
+
+
+def test_patience_stops_after_epochs_without_improvement(tmp_path):
+    fit = _fit(tmp_path, max_epochs=10, patience=2)
+    losses = iter([3.0, 2.0, 2.5, 2.4, 1.0, 1.0])  # improves twice, then two worse epochs
+    fit.evaluate = lambda split: (next(losses), None)
+    fit.run()
+    assert fit.state.epoch == 4 and fit.state.stale_epochs == 2
+    assert [r["epoch"] for r in fit.run_dir.metrics()] == [1, 2, 3, 4]
+
+
+def test_keep_last_rotates_epoch_checkpoints_and_their_files(tmp_path):
+    fit = _fit(tmp_path, max_epochs=4, keep_last=2)
+    fit.run()
+    run = fit.run_dir
+    assert run.epoch_names() == ["epoch_003", "epoch_004"]
+    named = {json.loads(p.read_text())["files"][k] for p in run.manifests()
+             for k in json.loads(p.read_text())["files"]}
+    on_disk = {p.name for p in run.checkpoints.iterdir() if p.suffix in (".params", ".states")}
+    assert on_disk == named  # the files of dropped epochs are gone
+
+
+def test_the_wall_clock_budget_stops_inside_an_epoch(tmp_path):
+    fit = _fit(tmp_path, max_epochs=50, max_minutes=1e-9)
+    fit.run()
+    assert fit.state.epoch == 1 and fit.state.step == 1  # one step, then the epoch ends
+    assert len(fit.run_dir.metrics()) == 1 and fit.run_dir.verify("latest")
+
+
+def test_a_resumed_run_continues_in_the_middle_of_an_epoch(tmp_path):
+    """Saved at a log point inside the epoch, restored into a fresh Fit: the same parameters
+    as training straight through (dropout reseeded at log points)."""
+    straight = _fit(tmp_path / "a", max_epochs=1, log_every=3)
+    straight.run()
+    first = _fit(tmp_path / "b", max_epochs=1, log_every=3, save_every_minutes=0)
+    batches = 7
+    first.train_epoch = _stop_after(first, batches)
+    with pytest.raises(KeyboardInterrupt):
+        first.run()
+    resumed = _fit(tmp_path / "b", max_epochs=1, log_every=3, save_every_minutes=0)
+    assert resumed.restore() and resumed.state.batch_in_epoch == 6 and resumed.state.epoch == 0
+    resumed.run()
+    assert resumed.state.step == straight.state.step
+    for name, value in _params(straight.model).items():
+        assert onp.array_equal(value, _params(resumed.model)[name]), name
+
+
+def _stop_after(fit, steps):
+    """The epoch as usual, but interrupted (as by Ctrl-C) after ``steps`` updates."""
+    original = fit.check_interrupt
+
+    def check():
+        if fit.state.step >= steps:
+            raise KeyboardInterrupt
+        original()
+    fit.check_interrupt = check
+    return fit.train_epoch
+
+
+@pytest.mark.parametrize("damaged", ["checkpoints/best.json", "model.json", "data.json",
+                                     "report.json", "toy_symbols.json"])
+def test_a_damaged_json_file_of_a_run_is_one_clear_error(tmp_path, damaged):
+    fit = _fit(tmp_path)
+    fit.run()
+    save_tokenizer(fit.corpus.tokenizer, fit.run_dir.path)
+    fit.run_dir.write_json("data.json", dataclasses.asdict(DataConfig(name="toy")))
+    fit.run_dir.write_json("report.json", {"final": {"checkpoint": "best"}})
+    fit.run_dir.link("best", fit.run_dir.verify("latest"))
+    load_run(fit.run_dir.path, mx.cpu())  # intact: loads
+    (fit.run_dir.path / damaged).write_text('{"cut short')
+    with pytest.raises(Exception, match=r"damaged") as info:
+        load_run(fit.run_dir.path, mx.cpu())
+    assert isinstance(info.value, (CheckpointError,)) or "TokenizerError" in type(info.value).__name__
+    assert "\n" not in str(info.value)
