@@ -8,7 +8,7 @@ export MTX_MULTI30K_DIR ?= $(if $(wildcard ../shared/data/multi30k/SHA256SUMS),$
 # 2 threads: the machine this project is built for; override on bigger ones.
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: help install test test-all train translate evaluate ablate bench clean
+.PHONY: help install test test-quick train ablate bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -26,11 +26,11 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import mtx.kernels as k; print('native kernels:', 'built' if k.load() else 'not built')"
 	touch $(STAMP)
 
-test: install  ## run the test suite (not the slow trainings)
-	$(PY) -m pytest -m "not slow and not gpu"
-
-test-all: install  ## every test, slow ones included
+test: install  ## the whole test suite except GPU tests: what CI runs
 	$(PY) -m pytest -m "not gpu"
+
+test-quick: install  ## the fast tests only (no training, no script run end to end)
+	$(PY) -m pytest -m "not slow and not gpu"
 
 train: install  ## train the default model on Multi30k en->de and print sacreBLEU
 	$(PY) scripts/train.py $(ARGS)
@@ -43,5 +43,5 @@ ablate: install  ## head-count ablation at a fixed width and budget (Hydra multi
 bench: install  ## throughput side by side against the peers (ARGS="train --impl mtx", ...: python -m mtx.bench --help)
 	$(PY) scripts/bench.py $(ARGS)
 
-clean:
+clean:  ## remove outputs/ and test caches
 	rm -rf outputs .pytest_cache

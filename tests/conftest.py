@@ -62,3 +62,10 @@ def toy_run(tmp_path_factory):
                       env={"MTX_CACHE": str(run_dir.parent / "cache")})
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     return run_dir
+
+
+def pytest_collection_modifyitems(items):
+    """A test that uses the trained toy run is slow (the run trains for about a minute)."""
+    for item in items:
+        if "toy_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

@@ -60,3 +60,21 @@ def test_one_output_line_per_input_line(translator, lines, tmp_path_factory):
             assert "\n" not in nbest[0][0]
             if not raw.strip():
                 assert nbest[0][0] == ""
+
+
+@pytest.mark.parametrize("data, expected", [(b"eins\nzwei", ["eins", "zwei"]),
+                                            (b"eins\nzwei\n", ["eins", "zwei"]),
+                                            (b"eins\n\n", ["eins", ""]),
+                                            (b"solo", ["solo"])])
+def test_a_last_line_without_a_newline_is_still_a_line(data, expected, tmp_path):
+    """Files and streams agree: the text after the last newline is one more line (and a file
+    ending in a newline has no extra empty line)."""
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    read, write = os.pipe()
+    os.write(write, data)
+    os.close(write)
+    streamed = [text for chunk in stream_chunks(read) for _, text in chunk]
+    os.close(read)
+    from_file = [text for chunk in file_chunks(path) for _, text in chunk]
+    assert streamed == from_file == expected

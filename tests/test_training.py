@@ -10,7 +10,7 @@ from mxnet import np, npx
 
 from mtx.config import DataConfig, DecodeConfig, TrainConfig
 from mtx.errors import CheckpointError, ConfigError
-from mtx.rundir import RunDir
+from mtx.rundir import RunDir, load_run
 from mtx.corpus import load_corpus
 from mtx.loss import LabelSmoothedCrossEntropy
 from mtx.model import Transformer
@@ -150,7 +150,12 @@ def test_toy_task_is_learned_through_the_script(toy_run):
     scores = report["scores"]["test_2016_flickr"]
     assert scores["exact_match"] >= 90.0, scores
     assert scores["sacrebleu"]["score"] >= 95.0 and "version:2." in scores["sacrebleu"]["signature"]
-    assert report["src_lang"] == "src" and report["parameters"] > 0 and report["train_minutes"] > 0
+    model = load_run(toy_run, mx.cpu())[0]
+    trainable = sum(int(p.data().size) for p in model.collect_params().values()
+                    if p.grad_req != "null")
+    assert report["src_lang"] == "src" and report["parameters"] == trainable
+    assert 0 < report["train_minutes"] < 30 and report["precision"] == "float32"
+    assert report["native_kernels"]["native_layer_norm"] in (True, False)
     for name in ("model.json", "data.json", "run.json", "toy_symbols.json", "metrics.jsonl",
                  "checkpoints/best.json", "checkpoints/latest.json", "config.yaml"):
         assert (toy_run / name).is_file(), name
