@@ -2,7 +2,8 @@
 which turns lines of text into lines of text.
 
 Scores are sums of log-probabilities; beam search ranks hypotheses by the GNMT length-normalised
-score ``sum_logp / ((5 + length) / 6) ** alpha`` (Wu et al. 2016), length counting the EOS.
+score ``sum_logp / ((5 + length) / 6) ** alpha`` (Wu et al. 2016), length counting the EOS
+(but not the EOS forced on a sentence that reached its length limit).
 """
 import sys
 
@@ -61,6 +62,7 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
     # (B*K,) sums of log-probabilities; only the first beam of each sentence is alive at t = 0
     raw = np.array(onp.tile([0.0] + [NEG_INF] * (K - 1), B), dtype="float32", ctx=ctx)
     finished = np.zeros((B * K,), ctx=ctx)
+    length = np.zeros((B * K,), ctx=ctx)  # (B*K,) incl. EOS; frozen at EOS or at the limit
     history = []  # per step: (tokens (B*K,), origin rows (B*K,))
     eos_only = np.full((1, 1), NEG_INF, ctx=ctx)
     for t in range(steps):
@@ -71,7 +73,7 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
         stop = (finished.reshape(-1, 1) + (limits <= t).astype("float32")) > 0  # (B*K, 1)
         log_probs = np.where(stop, only_eos, log_probs)
         cand_raw = raw.reshape(-1, 1) + log_probs  # (B*K, V)
-        new_len = (t + 1 - finished).reshape(-1, 1)  # (B*K, 1) length incl. EOS
+        new_len = length.reshape(-1, 1) + 1 - stop.astype("float32")  # (B*K, 1) stopped: kept
         cand = cand_raw / _length_penalty(new_len, length_penalty)
         cand = npx.reshape(cand, (-1, K * V))  # (B*K, V) -> (B, K*V)
         best = npx.topk(cand, k=K, axis=-1, ret_typ="indices", dtype="float32")  # (B, K)
@@ -80,19 +82,21 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
         origin = (beam + np.arange(B, dtype="float32", ctx=ctx).reshape(-1, 1) * K).reshape(-1)
         origin = origin.astype("int32")  # (B*K,) rows of the previous step
         raw = np.take(cand_raw.reshape(-1), origin * V + tokens)
+        length = np.take(new_len.reshape(-1), origin)
         finished = np.maximum(np.take(finished, origin), (tokens == EOS).astype("float32"))
         _reorder_state(state, origin)
         history.append((tokens, origin))
         if bool(finished.min() > 0):
             break
-    return _backtrack(history, raw, B, K, length_penalty, nbest)
+    return _backtrack(history, raw, length, B, K, length_penalty, nbest)
 
 
-def _backtrack(history, raw, B, K, alpha, nbest):
-    """Follow origins back from the last step; returns per sentence [(ids, score)] best first."""
+def _backtrack(history, raw, length, B, K, alpha, nbest):
+    """Follow origins back from the last step; returns per sentence [(ids, score)] best first.
+    raw (B*K,) sums of log-probabilities, length (B*K,) the lengths the search scored them by."""
     tokens = onp.stack([h[0].asnumpy() for h in history])  # (steps, B*K)
     origins = onp.stack([h[1].asnumpy() for h in history])
-    raw = raw.asnumpy()
+    raw, length = raw.asnumpy(), length.asnumpy()
     results = []
     for b in range(B):
         hyps = []
@@ -102,9 +106,9 @@ def _backtrack(history, raw, B, K, alpha, nbest):
                 ids.append(int(tokens[t, row]))
                 row = int(origins[t, row])
             ids.reverse()
-            length = ids.index(EOS) + 1 if EOS in ids else len(ids)
-            ids = ids[:length - 1] if EOS in ids else ids
-            hyps.append((ids, float(raw[b * K + k] / _length_penalty(length, alpha))))
+            ids = ids[:ids.index(EOS)] if EOS in ids else ids
+            score = raw[b * K + k] / _length_penalty(int(length[b * K + k]), alpha)
+            hyps.append((ids, float(score)))
         hyps.sort(key=lambda h: -h[1])
         results.append(hyps[:nbest])
     return results

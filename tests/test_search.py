@@ -1,5 +1,8 @@
 """Search and translation on a toy-trained model: greedy = beam 1, cached = recomputed,
-batched = one at a time, and the scripts' behaviour on odd input."""
+batched = one at a time, and the scripts' behaviour on odd input. Beam search against an
+exhaustive search (and a host-side reference beam) on random models small enough to enumerate."""
+import dataclasses
+import itertools
 import json
 
 import mxnet as mx
@@ -8,9 +11,10 @@ import pytest
 from mxnet import np, npx
 
 from mtx.config import DecodeConfig
-from mtx.run import load_run
+from mtx.model import Transformer
+from mtx.rundir import load_run
 from mtx.search import Translator, beam_search, greedy_search
-from mtx.vocab import BOS, EOS
+from mtx.vocab import BOS, EOS, PAD, SPECIALS
 from tests.conftest import run_script
 
 
@@ -141,3 +145,139 @@ def test_corrupted_sentencepiece_model_is_one_line(toy_run, tmp_path):
     err = done.stderr.decode().strip().splitlines()
     assert done.returncode == 2 and "Traceback" not in done.stderr.decode()
     assert err[-1].startswith("error: ") and "spm.model: not a readable SentencePiece model" in err[-1]
+
+
+# -- exhaustive search on random models small enough to enumerate ------------------------------
+# V = the 4 specials + 2 symbols; every id may be emitted (the model's softmax covers them all).
+# With max_len_a=0 one sentence's limit is L = max_len_b: beam_search runs L steps, so the outputs
+# are w + [EOS] with len(w) < L (length len(w) + 1) and the L-token sequences cut at the limit
+# (length L, no EOS, nothing added to the score).
+ALPHAS = (0.0, 0.6, 1.0, 2.0)
+SRC_IDS = [4, 5, 4, EOS]
+
+
+def _penalty(length, alpha):
+    return ((5.0 + length) / 6.0) ** alpha  # GNMT, written out again as the reference
+
+
+def _tiny_vocab_model(tiny_cfg, seed):
+    mx.random.seed(seed)
+    model = Transformer(dataclasses.replace(tiny_cfg, vocab_size=len(SPECIALS) + 2))
+    model.initialize()
+    return model
+
+
+def _source(ids=SRC_IDS):
+    return np.array([ids], dtype="int32"), np.array([len(ids)], dtype="int32")
+
+
+def _next_log_probs(model, src, src_len, L):
+    """{prefix (tuple of non-EOS ids, len < L): log-probabilities (V,) of the next token}, from
+    full teacher-forced forwards (not the cached `step` beam_search uses)."""
+    alive = [v for v in range(model.cfg.vocab_size) if v != EOS]
+    table = {}
+    for n in range(L):
+        prefixes = list(itertools.product(alive, repeat=n))
+        tgt_in = np.array([[BOS, *p] for p in prefixes], dtype="int32")
+        rows = len(prefixes)
+        logits = model(np.repeat(src, rows, axis=0), np.repeat(src_len, rows, axis=0), tgt_in)
+        log_probs = npx.log_softmax(logits, axis=-1)[:, -1].asnumpy().astype("float64")
+        table.update(zip(prefixes, log_probs))
+    return table
+
+
+def _exhaustive(table, L, alpha):
+    """Every output sequence [(ids without EOS, normalised score)], best first."""
+    def raw(ids):
+        return sum(table[tuple(ids[:i])][ids[i]] for i in range(len(ids)))
+    seqs = []
+    for prefix, log_probs in table.items():
+        with_eos = raw(prefix) + log_probs[EOS]
+        seqs.append((list(prefix), with_eos / _penalty(len(prefix) + 1, alpha)))
+        if len(prefix) == L - 1:
+            seqs += [([*prefix, v], raw([*prefix, v]) / _penalty(L, alpha))
+                     for v in range(len(log_probs)) if v != EOS]
+    return sorted(seqs, key=lambda s: -s[1])
+
+
+def _reference_beam(table, L, K, alpha):
+    """Beam search on the host with every hypothesis's true length: at each step all
+    continuations (a finished hypothesis has one: itself) ranked by normalised score, top K kept."""
+    beams = [((), 0.0, 0, False)]  # (ids, sum of log-probabilities, length incl. EOS, finished)
+    for _ in range(L):
+        cands = []
+        for ids, raw, length, done in beams:
+            cands += ([(ids, raw, length, True)] if done else
+                      [(ids + (v,), raw + lp, length + 1, v == EOS)
+                       for v, lp in enumerate(table[ids])])
+        beams = sorted(cands, key=lambda c: -c[1] / _penalty(c[2], alpha))[:K]
+    hyps = [([i for i in ids if i != EOS], raw / _penalty(length, alpha))
+            for ids, raw, length, _ in beams]
+    return sorted(hyps, key=lambda h: -h[1])
+
+
+def _assert_same(got, want):
+    assert [ids for ids, _ in got] == [ids for ids, _ in want]
+    assert onp.allclose([s for _, s in got], [s for _, s in want], atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("L", [2, 3])
+def test_beam_search_against_exhaustive_search(tiny_cfg, seed, L):
+    """What holds for any beam: every hypothesis returned is a real output with its true score, so
+    the best is never better than the exhaustive best, and it equals it (the whole n-best list
+    equals the enumeration, best first) when the beam holds as many hypotheses as there are outputs
+    (N = 1 + 5 + ... + 5**L here): no candidate can then be pruned, since every candidate at a
+    step is the prefix of a different output. Not asserted: that a larger beam never returns a
+    worse best than a smaller one. Beam search does not guarantee it (with K=2 both survivors of a
+    step can extend the runner-up of step 1 and all end badly, while K=1 kept the prefix whose
+    continuation was good)."""
+    model = _tiny_vocab_model(tiny_cfg, seed)
+    src, src_len = _source()
+    table = _next_log_probs(model, src, src_len, L)
+    for alpha in ALPHAS:
+        every = _exhaustive(table, L, alpha)
+        score_of = {tuple(ids): score for ids, score in every}
+        N = len(every)
+        assert N == sum(5 ** n for n in range(L + 1))
+        for K in (1, 2, 5, N):
+            hyps = beam_search(model, src, src_len, K, alpha, 0.0, L, nbest=K)[0]
+            for ids, score in hyps:
+                assert score == pytest.approx(score_of[tuple(ids)], abs=1e-4)
+            assert hyps[0][1] <= every[0][1] + 1e-4
+        _assert_same(hyps, every)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 4])
+@pytest.mark.parametrize("L", [3, 4])
+def test_beam_search_equals_reference_beam(tiny_cfg, seed, L):
+    """Where the beam prunes, beam_search keeps exactly the hypotheses a host-side beam that scores
+    each by its true length keeps. Before the fix (length t + 1 - finished while choosing beams) a
+    hypothesis that had ended two or more steps earlier was scored as longer, hence better under
+    a length penalty, and survived in place of a better one: e.g. seed 1, L 3, alpha 0.6, K 6
+    kept [] (EOS first, length 1 scored as 2) instead of [2, 2, 0]; also seed 1 L 4, seed 3 L 3
+    and L 4, seed 4 L 3."""
+    model = _tiny_vocab_model(tiny_cfg, seed)
+    src, src_len = _source()
+    table = _next_log_probs(model, src, src_len, L)
+    for alpha in ALPHAS:
+        for K in (2, 3, 6):
+            _assert_same(beam_search(model, src, src_len, K, alpha, 0.0, L, nbest=K)[0],
+                         _reference_beam(table, L, K, alpha))
+
+
+def test_a_sentence_scores_the_same_whatever_its_batch(tiny_cfg):
+    """A sentence whose limit (here 2) is below its batch-mate's (4) is forced to EOS at its
+    limit while the batch goes on; that EOS is not counted in the length, so its hypotheses and
+    scores are those of the sentence alone (and of the reference beam); before the fix the forced
+    EOS lengthened every hypothesis cut at the limit."""
+    model = _tiny_vocab_model(tiny_cfg, 1)
+    src = np.array([[4, EOS, PAD, PAD], [5, 4, 5, EOS]], dtype="int32")
+    src_len = np.array([2, 4], dtype="int32")
+    alone_src, alone_len = _source([4, EOS])
+    table = _next_log_probs(model, alone_src, alone_len, 2)
+    for alpha in ALPHAS:
+        batched = beam_search(model, src, src_len, 3, alpha, 1.0, 0, nbest=3)[0]
+        alone = beam_search(model, alone_src, alone_len, 3, alpha, 1.0, 0, nbest=3)[0]
+        _assert_same(batched, alone)
+        _assert_same(alone, _reference_beam(table, 2, 3, alpha))
