@@ -17,9 +17,9 @@ from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
 
 from . import ops
-from .precision import Linear
+from .precision import Linear, fully_connected
 
-__all__ = ["masked_softmax", "transpose_qkv", "transpose_output",
+__all__ = ["masked_softmax", "transpose_qkv", "transpose_output", "gate_row",
            "DotProductAttention", "MultiHeadAttention"]
 
 
@@ -54,6 +54,13 @@ def transpose_output(X, num_heads, F=nd):
     return F.npx.reshape(X, (-2, -2, -5))  # -> (B, L, D)
 
 
+def gate_row(head_gates, row, num_heads):
+    """Row ``row`` of the model's head gates (A, H) for a block of ``num_heads`` <= H heads ->
+    (num_heads,), or None without gates. A pruned layer's kept heads are the first entries of
+    its row; the rest of the row is padding and ignored."""
+    return None if head_gates is None else head_gates[row, :num_heads]
+
+
 @use_np
 class DotProductAttention(HybridBlock):
     """Scaled dot-product attention with dropout on the weights; returns (context, weights).
@@ -75,12 +82,30 @@ class DotProductAttention(HybridBlock):
 
 
 @use_np
+class HeadGatedLinear(Linear):
+    """The output projection W_o: (B, Tq, H*Dh) -> (B, Tq, D), with an optional head gate (H,)
+    folded into its weight: W_o (gate_h * context_h) = (W_o * gate repeated Dh times) context."""
+
+    def __init__(self, units, head_dim, **kwargs):
+        super().__init__(units, **kwargs)
+        self.head_dim = head_dim
+
+    def hybrid_forward(self, F, x, head_gate=None, weight=None, bias=None):
+        if head_gate is not None:
+            columns = F.np.repeat(head_gate.astype("float32"), self.head_dim)  # (H,) -> (H*Dh,)
+            columns = ops.legacy(F, "broadcast_like", columns.reshape(1, -1), weight)  # (D, H*Dh)
+            weight = ops.legacy(F, "elemwise_mul", weight, columns)
+        return fully_connected(F, x, weight, bias, self._units, self.compute_dtype)
+
+
+@use_np
 class MultiHeadAttention(HybridBlock):
     """Multi-head attention (d2l "Multi-Head Attention"), heads in parallel via reshapes.
 
     forward(queries (B, Tq, D), keys (B, Tk, D), values (B, Tk, D), valid_lens None|(B,)|(B, Tq),
     head_gate None|(H,)) -> (B, Tq, D). ``head_gate`` scales each head's context before ``W_o``
-    (1 keeps a head, 0 removes it). Call `attend` to also get the weights (B*H, Tq, Tk).
+    (1 keeps a head, 0 removes it; applied to W_o's columns, `HeadGatedLinear`). Call `attend`
+    to also get the weights (B*H, Tq, Tk).
     Each head is D / H wide, so parameters and FLOPs do not depend on H (docs/attention.md).
     """
 
@@ -102,8 +127,8 @@ class MultiHeadAttention(HybridBlock):
             self.W_q = Linear(inner, prefix="W_q_", **units)
             self.W_k = Linear(inner, prefix="W_k_", **units)
             self.W_v = Linear(inner, prefix="W_v_", **units)
-            self.W_o = Linear(num_hiddens, prefix="W_o_", use_bias=use_bias, flatten=False,
-                                in_units=inner)
+            self.W_o = HeadGatedLinear(num_hiddens, head_dim, prefix="W_o_", use_bias=use_bias,
+                                       flatten=False, in_units=inner)
 
     def hybrid_forward(self, F, queries, keys, values, valid_lens=None, head_gate=None):
         output, _ = self.attend(F, queries, keys, values, valid_lens, head_gate)
@@ -122,8 +147,18 @@ class MultiHeadAttention(HybridBlock):
         if valid_lens is not None:
             valid_lens = F.np.repeat(valid_lens, self.num_heads, axis=0)  # (B*H,) | (B*H, Tq)
         context, attn_weights = self.attention(q_heads, k_heads, v_heads, valid_lens)
-        if head_gate is not None:
-            context = F.npx.reshape(context, (-6, -1, self.num_heads, -2, -2))  # (B, H, Tq, Dh)
-            context = context * head_gate.astype("float32").reshape(1, -1, 1, 1)
-            context = F.npx.reshape(context, (-5, -2, -2))  # (B*H, Tq, Dh)
-        return self.W_o(transpose_output(context, self.num_heads, F)), attn_weights  # (B, Tq, D)
+        context = transpose_output(context, self.num_heads, F)  # (B*H, Tq, Dh) -> (B, Tq, H*Dh)
+        return self._output(F, context, head_gate), attn_weights  # (B, Tq, D), (B*H, Tq, Tk)
+
+    def _output(self, F, context, head_gate):
+        """W_o of the heads' context (B, Tq, H*Dh) -> (B, Tq, D), each head scaled by its gate.
+        In a traced graph the gate scales W_o's weight columns (D, H*Dh): in training that is
+        cheaper than scaling the (B, T, H*Dh) context and its gradient (`mtx.model` has the
+        measurement). Imperative calls (decoding one position at a time) scale the small
+        context instead, so W_o's own cached graph is always called without a gate."""
+        if head_gate is None:
+            return self.W_o(context)
+        if F is nd:
+            columns = F.np.repeat(head_gate.astype("float32", copy=False), self.head_dim)
+            return self.W_o(context * columns.reshape(1, 1, -1))  # (H,) -> (1, 1, H*Dh)
+        return self.W_o(context, head_gate)

@@ -9,35 +9,47 @@ from mxnet.gluon import nn
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
 
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, gate_row
 from .config import ModelConfig
 from .layers import LayerNorm, PositionWiseFFN, Residual
 
 
 @use_np
 class DecoderBlock(HybridBlock):
-    """(B, T, D) with memory (B, S, D) -> (B, T, D)."""
+    """Decoder layer ``layer``: (B, T, D) with memory (B, S, D) -> (B, T, D). Its attentions
+    take rows ``self.self_row`` and ``self.cross_row`` of the model's head gates."""
 
-    def __init__(self, cfg: ModelConfig, self_heads, cross_heads, **kwargs):
+    def __init__(self, cfg: ModelConfig, layer, **kwargs):
         super().__init__(**kwargs)
         D = cfg.num_hiddens
         attn = dict(dropout=cfg.attention_dropout, in_units=D, head_dim=cfg.head_dim)
+        self.self_row = cfg.attention_row("decoder self", layer)
+        self.cross_row = cfg.attention_row("decoder cross", layer)
         with self.name_scope():
-            self.self_attention = MultiHeadAttention(D, self_heads, **attn)
+            self.self_attention = MultiHeadAttention(D, cfg.heads_of(self.self_row), **attn)
             self.addnorm1 = Residual(D, cfg.dropout, cfg.pre_norm)
-            self.cross_attention = MultiHeadAttention(D, cross_heads, **attn)
+            self.cross_attention = MultiHeadAttention(D, cfg.heads_of(self.cross_row), **attn)
             self.addnorm2 = Residual(D, cfg.dropout, cfg.pre_norm)
             self.ffn = PositionWiseFFN(cfg.ffn_num_hiddens, D)
             self.addnorm3 = Residual(D, cfg.dropout, cfg.pre_norm)
 
-    def hybrid_forward(self, F, Y, memory, src_valid_len, self_valid_len,
-                       self_gate=None, cross_gate=None):
-        return self.forward_with_weights(F, Y, memory, src_valid_len, self_valid_len,
-                                         self_gate, cross_gate)[0]
+    def attention_rows(self):
+        """{gate row: MultiHeadAttention} of this layer."""
+        return {self.self_row: self.self_attention, self.cross_row: self.cross_attention}
 
-    def forward_with_weights(self, F, Y, memory, src_valid_len, self_valid_len,
-                             self_gate=None, cross_gate=None):
-        """-> (output (B, T, D), self weights (B*H, T, T), cross weights (B*H, T, S))."""
+    def _gates(self, head_gates):
+        """(self, cross) gates (H,) of this layer from the model's (A, H) gates, or Nones."""
+        return (gate_row(head_gates, self.self_row, self.self_attention.num_heads),
+                gate_row(head_gates, self.cross_row, self.cross_attention.num_heads))
+
+    def hybrid_forward(self, F, Y, memory, src_valid_len, self_valid_len, head_gates=None):
+        return self.forward_with_weights(F, Y, memory, src_valid_len, self_valid_len,
+                                         head_gates)[0]
+
+    def forward_with_weights(self, F, Y, memory, src_valid_len, self_valid_len, head_gates=None):
+        """head_gates None | (A, H) -> (output (B, T, D), self weights (B*H, T, T), cross
+        weights (B*H, T, S))."""
+        self_gate, cross_gate = self._gates(head_gates)
         h = self.addnorm1.sublayer_input(Y)
         out, self_weights = self.self_attention.attend(F, h, h, h, self_valid_len, self_gate)
         Y = self.addnorm1(Y, out)
@@ -47,10 +59,11 @@ class DecoderBlock(HybridBlock):
         Y = self.addnorm2(Y, out)
         return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), self_weights, cross_weights
 
-    def step(self, y, cache, src_valid_len, self_gate=None, cross_gate=None):
+    def step(self, y, cache, src_valid_len, head_gates=None):
         """One position: y (B, 1, D) -> (B, 1, D). ``cache`` holds this layer's 'cross' (K, V)
         and 'self' (K, V) of the earlier positions, each (B*H, t, Dh); 'self' grows here.
         Also returns the self- and cross-attention weights, (B*H, 1, t+1) and (B*H, 1, S)."""
+        self_gate, cross_gate = self._gates(head_gates)
         h = self.addnorm1.sublayer_input(y)
         k_new, v_new = self.self_attention.project_kv(nd, h, h)  # (B*H, 1, Dh) each
         if cache.get("self") is not None:
@@ -74,23 +87,29 @@ class DecoderBlock(HybridBlock):
 @use_np
 class Decoder(HybridBlock):
     """Embedded target (B, T, D), memory (B, S, D), src_valid_len (B,), self_valid_len (B, T),
-    head_gates None | (2 * Ld, H) (self, cross per layer) -> hidden states (B, T, D)."""
+    head_gates None | (A, H) (the model's gates, all rows; None: no gating) -> hidden states
+    (B, T, D)."""
 
     def __init__(self, cfg: ModelConfig, **kwargs):
         super().__init__(**kwargs)
         self.pre_norm = cfg.pre_norm
-        first = cfg.num_encoder_layers
         with self.name_scope():
             self.blocks = nn.HybridSequential()
             for i in range(cfg.num_decoder_layers):
-                self.blocks.add(DecoderBlock(cfg, cfg.heads_of(first + 2 * i),
-                                             cfg.heads_of(first + 2 * i + 1)))
+                self.blocks.add(DecoderBlock(cfg, i))
             self.final_norm = LayerNorm(in_channels=cfg.num_hiddens) if cfg.pre_norm else None
 
     def hybrid_forward(self, F, Y, memory, src_valid_len, self_valid_len, head_gates=None):
-        for i, block in enumerate(self.blocks):
-            Y = block(Y, memory, src_valid_len, self_valid_len, *layer_gates(head_gates, i))
-        return self.final_norm(Y) if self.pre_norm else Y
+        return self.forward_with_weights(F, Y, memory, src_valid_len, self_valid_len,
+                                         head_gates)[0]
+
+    def forward_with_weights(self, F, Y, memory, src_valid_len, self_valid_len, head_gates=None):
+        """-> (hidden (B, T, D), {gate row: weights, self (B*H, T, T) or cross (B*H, T, S)})."""
+        weights = {}
+        for block in self.blocks:
+            Y, weights[block.self_row], weights[block.cross_row] = block.forward_with_weights(
+                F, Y, memory, src_valid_len, self_valid_len, head_gates)
+        return (self.final_norm(Y) if self.pre_norm else Y), weights
 
     def init_cache(self, memory, src_valid_len):
         """Per layer: cross-attention keys/values of the memory, computed once; empty self cache."""
@@ -98,14 +117,8 @@ class Decoder(HybridBlock):
                 for block in self.blocks]
 
     def step(self, y, caches, src_valid_len, head_gates=None):
-        """y (B, 1, D) -> (B, 1, D) and the last layer's cross-attention weights (B*H, 1, S)."""
-        for i, (block, cache) in enumerate(zip(self.blocks, caches)):
-            y, _, cross_weights = block.step(y, cache, src_valid_len, *layer_gates(head_gates, i))
+        """y (B, 1, D), head_gates None | (A, H) -> (B, 1, D) and the last layer's
+        cross-attention weights (B*H, 1, S)."""
+        for block, cache in zip(self.blocks, caches):
+            y, _, cross_weights = block.step(y, cache, src_valid_len, head_gates)
         return (self.final_norm(y) if self.pre_norm else y), cross_weights
-
-
-def layer_gates(head_gates, layer):
-    """(self, cross) gate rows of decoder layer ``layer`` from (2 * Ld, H) gates, or Nones."""
-    if head_gates is None:
-        return None, None
-    return head_gates[2 * layer], head_gates[2 * layer + 1]

@@ -1,8 +1,8 @@
 """Which heads matter: importance scores, pruning experiments and physical pruning.
 
 The attention block only exposes a per-head gate (`MultiHeadAttention`'s ``head_gate``); this
-module holds the analysis. Gates are an (A, H) array, rows in `ModelConfig.num_attention_layers`
-order: encoder self-attention layers, then (self, cross) for each decoder layer.
+module holds the analysis. Gates and scores are (A, H) arrays, one row per attention layer in
+`ModelConfig.attention_layers` order (`Transformer.attention_layers` gives the blocks).
 
 - `gradient_importance`: expected sensitivity |dL/d gate| (Michel, Levy & Neubig 2019).
 - `confidence`: a head's mean maximum attention weight over real queries (Voita et al. 2019).
@@ -25,9 +25,8 @@ from .devices import to_device
 
 
 def layer_names(cfg):
-    """Human names of the gate rows, e.g. 'enc0 self', 'dec1 cross'."""
-    return [f"enc{i} self" for i in range(cfg.num_encoder_layers)] + [
-        f"dec{i} {kind}" for i in range(cfg.num_decoder_layers) for kind in ("self", "cross")]
+    """Names of the gate rows, e.g. 'enc0 self', 'dec1 cross'."""
+    return [layer.name for layer in cfg.attention_layers()]
 
 
 def _batches(src_ids, tgt_ids, batch_tokens=4096):
@@ -60,18 +59,20 @@ def gradient_importance(model, src_ids, tgt_ids, ctx, normalize=True, gates=None
 
 
 def confidence(model, src_ids, tgt_ids, ctx):
-    """(A, H): mean over real (non-padding) queries of the largest attention weight."""
+    """(A, H): mean over real (non-padding) queries of the largest attention weight (0 in the
+    padding of a pruned layer's row)."""
     cfg = model.cfg
     total, count = onp.zeros((cfg.num_attention_layers, cfg.num_heads)), onp.zeros(
         cfg.num_attention_layers)
     for batch in _batches(src_ids, tgt_ids):
         src, src_len, tgt_in, _, _ = to_device(batch, ctx)
         weights = model.attention_weights(src, src_len, tgt_in)
-        for a, w in enumerate(weights):
-            w = w.asnumpy().reshape(batch.src_tokens.shape[0], cfg.num_heads, *w.shape[1:])
-            q_len = batch.src_valid_len if a < cfg.num_encoder_layers else batch.tgt_valid_len
+        for layer, w in zip(cfg.attention_layers(), weights):
+            a = layer.row
+            w = w.asnumpy().reshape(batch.src_tokens.shape[0], -1, *w.shape[1:])  # (B, H, Tq, Tk)
+            q_len = batch.src_valid_len if layer.queries == "source" else batch.tgt_valid_len
             mask = onp.arange(w.shape[2])[None, :] < q_len[:, None]  # (B, Tq) real queries
-            total[a] += (w.max(axis=-1) * mask[:, None, :]).sum(axis=(0, 2))
+            total[a, :w.shape[1]] += (w.max(axis=-1) * mask[:, None, :]).sum(axis=(0, 2))
             count[a] += mask.sum()
     return total / count[:, None]
 
@@ -168,24 +169,17 @@ def pruning_curve(score_fn, shape, order, fraction_step=0.1):
     return points
 
 
-def kept_heads(gates):
-    """(A, H) 0/1 gates -> list of kept head indices per attention layer."""
-    return [[h for h in range(gates.shape[1]) if gates[a, h] > 0] for a in range(gates.shape[0])]
-
-
-def _attention_blocks(model):
-    """The model's MultiHeadAttention blocks in gate-row order."""
-    blocks = [b.attention for b in model.encoder.blocks]
-    for b in model.decoder.blocks:
-        blocks += [b.self_attention, b.cross_attention]
-    return blocks
+def kept_heads(gates, cfg):
+    """(A, H) 0/1 gates of a model with config ``cfg`` -> list of kept head indices per attention
+    layer (the padding of a pruned layer's row is never kept)."""
+    return [[h for h in range(cfg.heads_of(a)) if gates[a, h] > 0] for a in range(gates.shape[0])]
 
 
 def prune(model, gates, ctx):
     """A new, smaller Transformer without the heads whose gate is 0 (at least one head per layer
     must stay): W_q/W_k/W_v lose those heads' rows and W_o the matching columns. Its outputs
     equal the gated model's."""
-    keep = kept_heads(gates)
+    keep = kept_heads(gates, model.cfg)
     if any(not k for k in keep):
         raise ValueError("every attention layer must keep at least one head")
     cfg = dataclasses.replace(model.cfg, heads_per_layer=[len(k) for k in keep])
@@ -196,7 +190,8 @@ def prune(model, gates, ctx):
         if ".W_" not in name:
             param.set_data(old[name].data(ctx))
     Dh = model.cfg.head_dim
-    for old_block, new_block, heads in zip(_attention_blocks(model), _attention_blocks(pruned), keep):
+    blocks = zip(model.attention_layers(), pruned.attention_layers(), keep)
+    for (_, _, old_block), (_, _, new_block), heads in blocks:
         rows = onp.concatenate([onp.arange(h * Dh, (h + 1) * Dh) for h in heads])
         rows_nd = mx.np.array(rows, dtype="int64", ctx=ctx)
         for dense in ("W_q", "W_k", "W_v"):

@@ -1,10 +1,10 @@
 """The sequence-to-sequence Transformer: embeddings, encoder, decoder, output projection."""
-from mxnet import nd, npx
+from mxnet import nd, np, npx
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
 
 from .config import ModelConfig
-from .decoder import Decoder, layer_gates
+from .decoder import Decoder
 from .encoder import Encoder
 from .layers import TokenEmbedding
 from .masks import causal_valid_len
@@ -34,8 +34,14 @@ class OutputProjection(HybridBlock):
 @use_np
 class Transformer(HybridBlock):
     """forward(src_tokens (B, S), src_valid_len (B,), tgt_in (B, T), head_gates None | (A, H))
-    -> logits (B, T, V). A = cfg.num_attention_layers: rows are encoder self-attention layers,
-    then (self, cross) for each decoder layer; 1 keeps a head, 0 removes it.
+    -> logits (B, T, V).
+
+    Head gates: row a scales the heads of attention layer a of `ModelConfig.attention_layers`
+    (`attention_layers` gives the blocks); 1 keeps a head, 0 removes it. H = cfg.num_heads; a
+    pruned layer with fewer heads reads the first entries of its row (its kept heads in order)
+    and ignores the rest. A hybridized model's graph always takes the gates as an input (all
+    ones when not given), so one traced graph serves calls with and without them; imperative
+    calls (decoding steps, `attention_weights`) gate only when gates are given.
 
     With ``cfg.tie_embeddings`` source, target and output share one (V, D) matrix (one joint
     vocabulary). `encode`, `init_state` and `step` are the inference path (`mtx.search`)."""
@@ -61,33 +67,49 @@ class Transformer(HybridBlock):
     def tgt_embed(self):
         return self.src_embed if self.tgt_embed_own is None else self.tgt_embed_own
 
+    def attention_layers(self):
+        """(row, name, MultiHeadAttention block) of every attention layer, in the order of
+        `ModelConfig.attention_layers` (the rows of head gates)."""
+        blocks = {row: block for stack in (self.encoder, self.decoder) for layer in stack.blocks
+                  for row, block in layer.attention_rows().items()}
+        for layer in self.cfg.attention_layers():
+            yield layer.row, layer.name, blocks[layer.row]
+
+    def _gates(self, head_gates, like):
+        """``head_gates`` as given; if None, ones (A, H) for a hybridized model (its traced
+        graphs take them as an input), else None (imperative calls skip gating)."""
+        if head_gates is None and self._active:  # Gluon's "hybridized" flag
+            return np.ones((self.cfg.num_attention_layers, self.cfg.num_heads), ctx=like.ctx)
+        return head_gates
+
+    def forward(self, src_tokens, src_valid_len, tgt_in, head_gates=None):
+        # The gates are always an input of the traced graph (ones by default), which adds one
+        # (D, H*Dh) W_o weight multiply per attention layer (`MultiHeadAttention._output`).
+        # Measured against a graph traced without gates (a training step and greedy decoding at
+        # the small config's shapes, interleaved rounds): equal within noise. Scaling the
+        # (B, T, H*Dh) context in the graph instead was clearly slower (its broadcast backward).
+        return super().forward(src_tokens, src_valid_len, tgt_in,
+                               self._gates(head_gates, src_tokens))
+
     def hybrid_forward(self, F, src_tokens, src_valid_len, tgt_in, head_gates=None):
-        enc_gates, dec_gates = self._split_gates(head_gates)
-        memory = self.encoder(self.src_embed(src_tokens), src_valid_len, enc_gates)  # (B, S, D)
+        memory = self.encoder(self.src_embed(src_tokens), src_valid_len, head_gates)  # (B, S, D)
         Y = self.tgt_embed(tgt_in)  # (B, T, D)
         self_valid_len = causal_valid_len(F, Y, src_valid_len)  # (B, T)
-        hidden = self.decoder(Y, memory, src_valid_len, self_valid_len, dec_gates)
+        hidden = self.decoder(Y, memory, src_valid_len, self_valid_len, head_gates)
         return self.output(hidden)  # (B, T, V)
 
     # -- inference ---------------------------------------------------------------------------
-    def _split_gates(self, head_gates):
-        if head_gates is None:
-            return None, None
-        return head_gates[:self.cfg.num_encoder_layers], head_gates[self.cfg.num_encoder_layers:]
-
     def encode(self, src_tokens, src_valid_len, head_gates=None):
-        """(B, S) -> memory (B, S, D). Pass head_gates always or never to a hybridized model."""
-        enc_gates = self._split_gates(head_gates)[0]
-        if enc_gates is None:
-            return self.encoder(self.src_embed(src_tokens), src_valid_len)
-        return self.encoder(self.src_embed(src_tokens), src_valid_len, enc_gates)
+        """(B, S) -> memory (B, S, D); head_gates None | (A, H) as in forward."""
+        head_gates = self._gates(head_gates, src_tokens)
+        return self.encoder(self.src_embed(src_tokens), src_valid_len, head_gates)
 
     def init_state(self, src_tokens, src_valid_len, head_gates=None):
-        """Decoder state for incremental decoding: per-layer caches, source lengths, gates."""
+        """Decoder state for incremental decoding: per-layer caches, source lengths, gates
+        (None: the steps skip gating)."""
         memory = self.encode(src_tokens, src_valid_len, head_gates)
         return {"caches": self.decoder.init_cache(memory, src_valid_len),
-                "src_valid_len": src_valid_len, "t": 0,
-                "gates": self._split_gates(head_gates)[1]}
+                "src_valid_len": src_valid_len, "t": 0, "gates": head_gates}
 
     def step(self, tokens, state):
         """tokens (B,) at position state['t'] -> log-probabilities (B, V); advances the state.
@@ -101,18 +123,11 @@ class Transformer(HybridBlock):
 
     def attention_weights(self, src_tokens, src_valid_len, tgt_in, head_gates=None):
         """Teacher-forced pass (imperative) -> one (B*H, Tq, Tk) weight array per attention
-        layer, in head_gates row order (encoder self, then decoder self and cross per layer)."""
-        enc_gates, dec_gates = self._split_gates(head_gates)
-        weights, X = [], self.src_embed(src_tokens)
-        for i, block in enumerate(self.encoder.blocks):
-            gate = None if enc_gates is None else enc_gates[i]
-            X, w = block.forward_with_weights(nd, X, src_valid_len, gate)
-            weights.append(w)
-        memory = self.encoder.final_norm(X) if self.cfg.pre_norm else X
-        Y = self.tgt_embed(tgt_in)
-        self_valid_len = causal_valid_len(nd, Y, src_valid_len)
-        for i, block in enumerate(self.decoder.blocks):
-            Y, w_self, w_cross = block.forward_with_weights(nd, Y, memory, src_valid_len,
-                                                            self_valid_len, *layer_gates(dec_gates, i))
-            weights += [w_self, w_cross]
-        return weights
+        layer, in `attention_layers` order."""
+        memory, weights = self.encoder.forward_with_weights(nd, self.src_embed(src_tokens),
+                                                            src_valid_len, head_gates)
+        Y = self.tgt_embed(tgt_in)  # (B, T, D)
+        _, decoder_weights = self.decoder.forward_with_weights(
+            nd, Y, memory, src_valid_len, causal_valid_len(nd, Y, src_valid_len), head_gates)
+        weights.update(decoder_weights)
+        return [weights[row] for row, _, _ in self.attention_layers()]

@@ -9,7 +9,7 @@ from mxnet import np
 from mtx import heads
 from mtx.corpus import load_corpus
 from mtx.head_study import choose_pruning
-from mtx.run import load_run
+from mtx.rundir import load_run
 from mtx.search import greedy_search
 from tests.conftest import run_script
 
@@ -125,6 +125,7 @@ def test_pruned_model_equals_gated_model(toy):
     gates[0, 0] = gates[1, 3] = gates[2, 1] = gates[2, 2] = gates[5, 0] = 0
     pruned = heads.prune(model, gates, mx.cpu())
     assert pruned.cfg.heads_per_layer == [3, 3, 2, 4, 4, 3]
+    assert [b.num_heads for _, _, b in pruned.attention_layers()] == [3, 3, 2, 4, 4, 3]
     gated = model(src, src_len, tgt, np.array(gates)).asnumpy()
     assert onp.allclose(pruned(src, src_len, tgt).asnumpy(), gated, atol=1e-4)
     assert greedy_search(pruned, src, src_len) == greedy_search(model, src, src_len,

@@ -1,5 +1,5 @@
 """mtx.model.Transformer: causality, padding invariance, hybridization, parameter counts,
-incremental decoding and tied embeddings."""
+incremental decoding, tied embeddings, the order of attention layers and head gates."""
 import dataclasses
 
 import numpy as onp
@@ -80,6 +80,64 @@ def test_hybridized_equals_imperative(tiny_cfg, num_heads, pre_norm, gates):
     got = net(*args).asnumpy()
     assert net._cached_graph  # the symbolic path really ran
     onp.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# -- attention layers and head gates ------------------------------------------------------------
+
+def test_attention_layers_follow_the_config_order_of_a_pruned_model(tiny_cfg):
+    heads = [1, 2, 2, 1, 1, 2]  # enc0, enc1, dec0 self, dec0 cross, dec1 self, dec1 cross
+    cfg = dataclasses.replace(tiny_cfg, heads_per_layer=heads)
+    net = _model(cfg)
+    rows = cfg.attention_layers()
+    assert [(a.name, a.kind, a.layer) for a in rows] == [
+        ("enc0 self", "encoder self", 0), ("enc1 self", "encoder self", 1),
+        ("dec0 self", "decoder self", 0), ("dec0 cross", "decoder cross", 0),
+        ("dec1 self", "decoder self", 1), ("dec1 cross", "decoder cross", 1)]
+    layers = list(net.attention_layers())
+    assert [(row, name) for row, name, _ in layers] == [(a.row, a.name) for a in rows]
+    assert [block.num_heads for _, _, block in layers] == heads
+    assert layers[3][2] is net.decoder.blocks[0].cross_attention
+    assert layers[4][2] is net.decoder.blocks[1].self_attention
+    src, src_lens, tgt = _batch(cfg)
+    weights = net.attention_weights(src, src_lens, tgt)
+    assert [w.shape for w in weights] == [(2 * 1, S, S), (2 * 2, S, S), (2 * 2, T, T),
+                                          (2 * 1, T, S), (2 * 1, T, T), (2 * 2, T, S)]
+
+
+def _gates(cfg, off=((1, 0), (-1, -1))):
+    gates = onp.ones((cfg.num_attention_layers, cfg.num_heads), dtype="float32")
+    for a, h in off:
+        gates[a, h] = 0.0
+    return np.array(gates)
+
+
+def test_one_hybridized_graph_serves_calls_with_and_without_gates(tiny_cfg):
+    net = _model(tiny_cfg)
+    args = _batch(tiny_cfg)
+    want_gated = net(*args, _gates(tiny_cfg)).asnumpy()
+    net.hybridize()
+    plain = net(*args).asnumpy()
+    graph = net._cached_op
+    ones = net(*args, np.ones((tiny_cfg.num_attention_layers, tiny_cfg.num_heads))).asnumpy()
+    gated = net(*args, _gates(tiny_cfg)).asnumpy()
+    assert net._cached_op is graph  # no new trace for the gated calls
+    onp.testing.assert_array_equal(ones, plain)
+    onp.testing.assert_allclose(gated, want_gated, rtol=1e-5, atol=1e-5)
+    assert not onp.allclose(gated, plain, atol=1e-4)
+    state = net.init_state(args[0], args[1], _gates(tiny_cfg))  # the hybridized encoder, gated
+    log_probs, _ = net.step(args[2][:, 0], state)
+    onp.testing.assert_allclose(log_probs.asnumpy(), npx.log_softmax(
+        np.array(want_gated), axis=-1).asnumpy()[:, 0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_pruned_layer_ignores_the_padding_of_its_gate_row(tiny_cfg):
+    cfg = dataclasses.replace(tiny_cfg, heads_per_layer=[1, 2, 1, 2, 2, 1])
+    net = _model(cfg)
+    args = _batch(cfg)
+    plain = net(*args).asnumpy()
+    padding_off = _gates(cfg, off=((0, 1), (2, 1), (5, 1)))  # the columns those layers lack
+    onp.testing.assert_array_equal(net(*args, padding_off).asnumpy(), plain)
+    assert not onp.allclose(net(*args, _gates(cfg, off=((1, 1),))).asnumpy(), plain, atol=1e-4)
 
 
 # -- masking through the whole model ------------------------------------------------------------

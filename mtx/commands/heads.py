@@ -99,7 +99,7 @@ def prune_and_time(cfg, s, shape, orders, points):
     pruned = heads.prune(s.model, gates, s.ctx)
     meta = {"removed_heads": removed, "order": order_name}
     shutil.rmtree(s.out / "pruned", ignore_errors=True)  # no checkpoints of an earlier study
-    models = {"full": load_run(s.run_dir, s.ctx, cfg.checkpoint)[0]}  # s.model is traced with gates
+    models = {"full": s.model}  # its one traced graph serves gated and plain calls
     if s.finetune_cfg is not None:
         models["pruned_before_finetune"] = pruned
         pruned, choice = finetune(pruned, s.corpus, s.data_cfg, s.finetune_cfg, s.decode_cfg,
