@@ -1,53 +1,35 @@
-"""Attention heatmaps: every layer's and head's attention for one sentence and its translation."""
+"""Pictures of a model and its study, drawn from numbers they are given (no model runs here):
+attention heatmaps, head-importance heatmaps, pruning curves and a run's learning curve."""
 from pathlib import Path
 
 import numpy as onp
-from mxnet import np
-
-from .search import greedy_search
-from .vocab import BOS, EOS
 
 
-def attention_weights(model, src_ids, tgt_ids, ctx):
-    """Teacher-forced pass over (source, translation) ->
-    {(kind, layer): (H, rows, columns)} for encoder self, decoder self and decoder cross."""
-    src = np.array([src_ids + [EOS]], dtype="int32", ctx=ctx)
-    src_len = np.array([len(src_ids) + 1], dtype="int32", ctx=ctx)
-    tgt_in = np.array([[BOS] + tgt_ids], dtype="int32", ctx=ctx)
-    layers = model.attention_weights(src, src_len, tgt_in)
-    num_enc = model.cfg.num_encoder_layers
-    kinds = [("encoder self", i) for i in range(num_enc)] + [
-        (kind, i) for i in range(model.cfg.num_decoder_layers)
-        for kind in ("decoder self", "decoder cross")]
-    return {kind: w.asnumpy() for kind, w in zip(kinds, layers)}
+def attention_pictures(weights, layers, source_labels, target_labels, out_dir):
+    """One PNG per attention layer (its heads side by side) into ``out_dir``; returns the paths.
 
-
-def attention_pictures(model, tokenizer, sentence, out_dir, ctx):
-    """Translate ``sentence`` greedily and write one PNG per attention layer (heads side by
-    side) into ``out_dir``; returns the paths."""
+    ``weights``: one (H, Tq, Tk) array per layer, e.g. from `mtx.search.greedy_attention`;
+    ``layers``: the matching rows of `ModelConfig.attention_layers` (their kind and layer name
+    the picture, their query and key sides pick the labels); ``source_labels`` (S,) and
+    ``target_labels`` (T,): one string per source and target position."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    src_ids = tokenizer.encode([sentence])[0]
-    src = np.array([src_ids + [EOS]], dtype="int32", ctx=ctx)
-    tgt_ids = greedy_search(model, src, np.array([len(src_ids) + 1], dtype="int32", ctx=ctx))[0]
-    labels = {"src": tokenizer.pieces(src_ids) + ["</s>"],
-              "tgt": ["<s>"] + tokenizer.pieces(tgt_ids)}
+    labels = {"source": source_labels, "target": target_labels}
     paths = []
-    for (kind, layer), w in attention_weights(model, src_ids, tgt_ids, ctx).items():
-        rows = labels["src"] if kind == "encoder self" else labels["tgt"]
-        columns = labels["tgt"] if kind == "decoder self" else labels["src"]
+    for layer, w in zip(layers, weights):
+        rows, columns = labels[layer.queries], labels[layer.keys]
         fig, axes = plt.subplots(1, w.shape[0], figsize=(3.2 * w.shape[0], 3.6), squeeze=False)
         for h, ax in enumerate(axes[0]):
             ax.imshow(w[h], cmap="viridis", vmin=0, vmax=1)
             ax.set_title(f"head {h + 1}", fontsize=9)
             ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=6)
             ax.set_yticks(range(len(rows)), rows, fontsize=6)
-        fig.suptitle(f"{kind} attention, layer {layer + 1}", fontsize=10)
+        fig.suptitle(f"{layer.kind} attention, layer {layer.layer + 1}", fontsize=10)
         fig.tight_layout()
-        path = out_dir / f"{kind.replace(' ', '_')}_layer{layer + 1}.png"
+        path = out_dir / f"{layer.kind.replace(' ', '_')}_layer{layer.layer + 1}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)

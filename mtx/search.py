@@ -121,6 +121,19 @@ def greedy_search(model, src_tokens, src_valid_len, max_len_a=1.5, max_len_b=10,
                                                 max_len_a, max_len_b, 1, head_gates)]
 
 
+def greedy_attention(model, src_ids, ctx, head_gates=None):
+    """One sentence translated greedily, with the attention of every layer over it: source ids
+    (no EOS) -> (src_ids, output ids (no EOS), weights). ``weights`` holds one host array
+    (H, Tq, Tk) per attention layer in `ModelConfig.attention_layers` order, from a
+    teacher-forced pass: source positions are src_ids + EOS, target positions BOS + output."""
+    src = np.array([src_ids + [EOS]], dtype="int32", ctx=ctx)  # (1, S)
+    src_len = np.array([len(src_ids) + 1], dtype="int32", ctx=ctx)  # (1,)
+    out_ids = greedy_search(model, src, src_len, head_gates=head_gates)[0]
+    tgt_in = np.array([[BOS] + out_ids], dtype="int32", ctx=ctx)  # (1, T)
+    weights = model.attention_weights(src, src_len, tgt_in, head_gates)  # (1*H, Tq, Tk) each
+    return src_ids, out_ids, [w.asnumpy() for w in weights]
+
+
 class Translator:
     """Lines of text -> lines of text with a trained model: tokenize, batch by source length,
     search, detokenize, and return results in input order. Empty lines translate to ''."""

@@ -1,4 +1,4 @@
-"""Head importance and pruning on a toy-trained model."""
+"""Head importance and pruning on a toy-trained model; the attention pictures of a sentence."""
 import json
 
 import mxnet as mx
@@ -7,10 +7,12 @@ import pytest
 from mxnet import np
 
 from mtx import heads
+from mtx.config import ModelConfig
 from mtx.corpus import load_corpus
 from mtx.head_study import choose_pruning
+from mtx.pictures import attention_pictures
 from mtx.rundir import load_run
-from mtx.search import greedy_search
+from mtx.search import greedy_attention, greedy_search
 from tests.conftest import run_script
 
 
@@ -132,6 +134,42 @@ def test_pruned_model_equals_gated_model(toy):
                                                                 head_gates=np.array(gates))
     count = lambda m: sum(p.data().size for p in m.collect_params().values())
     assert count(model) - count(pruned) == 5 * 4 * model.cfg.head_dim * model.cfg.num_hiddens
+
+
+def test_greedy_attention_gives_every_layer_over_source_and_output(toy):
+    model, corpus = toy
+    src_ids = corpus.ids["val"][0][0]
+    got_src, out_ids, weights = greedy_attention(model, src_ids, mx.cpu())
+    S, T, H = len(src_ids) + 1, len(out_ids) + 1, model.cfg.num_heads
+    src = np.array([src_ids + [3]], dtype="int32")  # (1, S) with EOS
+    assert got_src == src_ids and [out_ids] == greedy_search(model, src, np.array([S]))
+    sides = {"source": S, "target": T}
+    assert [w.shape for w in weights] == [(H, sides[a.queries], sides[a.keys])
+                                          for a in model.cfg.attention_layers()]
+    for w, a in zip(weights, model.cfg.attention_layers()):
+        if a.kind != "decoder self":  # causal rows sum to 1 as well, over fewer keys
+            onp.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_attention_pictures_draw_the_weights_they_are_given(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: (figures.append(fig), close(fig)))
+    cfg = ModelConfig(num_hiddens=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=2)
+    layers = cfg.attention_layers()
+    labels = {"source": ["a", "b", "</s>"], "target": ["<s>", "x", "y", "z"]}  # S = 3, T = 4
+    rng = onp.random.RandomState(0)
+    weights = [rng.rand(2, len(labels[a.queries]), len(labels[a.keys])) for a in layers]
+    paths = attention_pictures(weights, layers, labels["source"], labels["target"], tmp_path)
+    assert [p.name for p in paths] == [
+        "encoder_self_layer1.png", "decoder_self_layer1.png", "decoder_cross_layer1.png",
+        "decoder_self_layer2.png", "decoder_cross_layer2.png"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+    figures = [f for f in figures if f != "all"]  # matplotlib.use() closes "all" first
+    cross = figures[2].axes[1]  # decoder cross, layer 1, head 2: target rows, source columns
+    assert [t.get_text() for t in cross.get_yticklabels()] == labels["target"]
+    assert [t.get_text() for t in cross.get_xticklabels()] == labels["source"]
+    onp.testing.assert_array_equal(cross.images[0].get_array(), weights[2][1])
 
 
 def test_heads_script_runs_end_to_end(toy_run):

@@ -41,8 +41,12 @@ def open_output(path):
 def attention_png(cfg, model, tokenizer, ctx):
     """attention_png=DIR: heatmaps of the first input line's attention, written into DIR."""
     from ..pictures import attention_pictures
+    from ..search import greedy_attention
     with open(cfg.input, encoding="utf-8", errors="replace") as f:
-        attention_pictures(model, tokenizer, f.readline().strip(), cfg.attention_png, ctx)
+        line = f.readline().strip()
+    src_ids, out_ids, weights = greedy_attention(model, tokenizer.encode([line])[0], ctx)
+    attention_pictures(weights, model.cfg.attention_layers(), tokenizer.pieces(src_ids) + ["</s>"],
+                       ["<s>"] + tokenizer.pieces(out_ids), cfg.attention_png)
 
 
 def translate(cfg):
