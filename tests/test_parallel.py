@@ -55,7 +55,7 @@ def _train_steps(corpus, data_cfg, batches, ctxs, tmp_path):
                                                            lr=3e-3),
                   DecodeConfig(), tmp_path, ctxs, seed=7)
     for step, batch in enumerate(batches, 1):
-        train_step(fit.pieces, fit.parallel, batch, step, fit.cfg)
+        train_step(fit.pieces, fit.parallel, batch, step, fit.train_cfg)
     return {name: p.data(ctxs[-1]).asnumpy()
             for name, p in fit.model._collect_params_with_prefix().items()}
 

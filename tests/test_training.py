@@ -122,7 +122,7 @@ def test_an_overflowing_loss_scale_skips_the_step_and_halves(tmp_path):
     before = {k: p.data().asnumpy() for k, p in fit.model.collect_params().items()}
     fit.pieces.loss_scales[mx.cpu()].value[:] = 3e38  # loss x scale overflows float32
     batch = bucket_batches(fit.train_src, fit.train_tgt, 256, shuffle=False, seed=0)[0]
-    _, finite, _ = train_step(fit.pieces, fit.parallel, batch, fit.state.step + 1, fit.cfg)
+    _, finite, _ = train_step(fit.pieces, fit.parallel, batch, fit.state.step + 1, fit.train_cfg)
     assert float(finite) == 0.0
     assert fit.pieces.loss_scales[mx.cpu()].value.asscalar() == onp.float32(3e38) / 2
     for name, p in fit.model.collect_params().items():

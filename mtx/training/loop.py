@@ -32,7 +32,8 @@ class Fit:
 
     def __init__(self, pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed):
         """``train_pairs``: (source ids, target ids) of the training split to train on."""
-        self.pieces, self.corpus, self.cfg, self.decode_cfg = pieces, corpus, train_cfg, decode_cfg
+        self.pieces, self.corpus = pieces, corpus
+        self.train_cfg, self.decode_cfg = train_cfg, decode_cfg
         self.run_dir, self.parallel, self.seed = run, parallel, seed
         self.state = TrainState()
         self.train_src, self.train_tgt = train_pairs
@@ -49,7 +50,8 @@ class Fit:
         return self.minutes_at_start + (time.time() - self.started) / 60
 
     def out_of_time(self):
-        return self.cfg.max_minutes is not None and self.minutes() >= self.cfg.max_minutes
+        budget = self.train_cfg.max_minutes
+        return budget is not None and self.minutes() >= budget
 
     # -- checkpoints ---------------------------------------------------------------------------
     def save_resume_point(self):
@@ -85,7 +87,7 @@ class Fit:
     def train_epoch(self):
         """The rest of the current epoch (all of it unless resumed inside it). Returns False
         when the wall-clock budget stopped it before its end."""
-        state, cfg, stopped = self.state, self.cfg, True
+        state, cfg, stopped = self.state, self.train_cfg, True
         batches = bucket_batches(self.train_src, self.train_tgt, cfg.batch_tokens, shuffle=True,
                                  seed=epoch_seed(self.seed, state.epoch))
         meter = LossMeter(state, cfg.max_nonfinite_steps)
@@ -127,7 +129,7 @@ class Fit:
         budget (agreed by all workers). Returns True when training must stop."""
         state = self.state
         seed_everything(position_seed(self.seed, state.epoch, state.batch_in_epoch))
-        save = time.time() - self.last_save >= 60 * self.cfg.save_every_minutes
+        save = time.time() - self.last_save >= 60 * self.train_cfg.save_every_minutes
         if self.parallel.distributed:
             save = self.parallel.any(save)
         if save and self.parallel.is_chief:
@@ -138,9 +140,9 @@ class Fit:
         """(mean per-token nll on ``split``, its greedy sacreBLEU or None)."""
         faults.point("evaluation")
         src_ids, tgt_ids = self.corpus.ids[split]
-        loss = validation_loss(self.pieces, bucket_batches(src_ids, tgt_ids, self.cfg.batch_tokens,
+        loss = validation_loss(self.pieces, bucket_batches(src_ids, tgt_ids, self.train_cfg.batch_tokens,
                                                            shuffle=False, seed=0))
-        if not self.cfg.eval_bleu:
+        if not self.train_cfg.eval_bleu:
             return loss, None
         greedy = DecodeConfig(beam_size=1, length_penalty=0.0,
                               batch_tokens=self.decode_cfg.batch_tokens)
@@ -166,7 +168,7 @@ class Fit:
         self.run_dir.link(f"epoch_{state.epoch:03d}", dict(manifest, valid=record["valid/bleu"]))
         if improved:
             self.run_dir.link("best", dict(manifest, valid=record["valid/bleu"]))
-        keep = max(self.cfg.keep_last, self.cfg.average_last, 1)
+        keep = max(self.train_cfg.keep_last, self.train_cfg.average_last, 1)
         self.run_dir.drop(self.run_dir.epoch_names()[:-keep])
         self.run_dir.collect_garbage()
         log.info("epoch %d step %d train loss %.3f val loss %.3f val BLEU %s tok/s %.0f (%.1f min)",
@@ -209,18 +211,18 @@ class Fit:
         state = self.state
         if state.step and self.parallel.any(self.out_of_time()):
             return self.minutes()  # resumed after the budget was spent: nothing to train
-        while state.epoch < self.cfg.max_epochs:
+        while state.epoch < self.train_cfg.max_epochs:
             cut_short = not self.train_epoch()
             state.epoch += 1
             stop = None
             if self.parallel.is_chief:  # evaluation and checkpoints: rank 0 only
                 self.end_of_epoch()
-                if self.cfg.patience and state.stale_epochs >= self.cfg.patience:
+                if self.train_cfg.patience and state.stale_epochs >= self.train_cfg.patience:
                     stop = f"no better validation score for {state.stale_epochs} epochs: early stop"
             state.start_epoch()
             self.check_interrupt()
             if cut_short or self.out_of_time():
-                stop = f"train.max_minutes={self.cfg.max_minutes} reached after {state.epoch} epochs"
+                stop = f"train.max_minutes={self.train_cfg.max_minutes} reached after {state.epoch} epochs"
             if self.parallel.any(stop is not None):  # all workers stop after the same epoch
                 log.info("%s", stop or "another worker stopped the job")
                 break

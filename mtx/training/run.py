@@ -32,8 +32,8 @@ def choose_final(fit):
     run.load(run.verify("best", fit.model.cfg), fit.model, ctxs)
     best_loss, best_bleu = fit.evaluate("val")
     best = best_bleu["score"] if best_bleu else -best_loss
-    last = run.epoch_names()[-fit.cfg.average_last:]
-    if fit.cfg.average_last > 1 and len(last) > 1:
+    last = run.epoch_names()[-fit.train_cfg.average_last:]
+    if fit.train_cfg.average_last > 1 and len(last) > 1:
         run.average(fit.model, last, ctxs)
         avg_loss, avg_bleu = fit.evaluate("val")
         average = avg_bleu["score"] if avg_bleu else -avg_loss
