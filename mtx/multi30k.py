@@ -3,7 +3,6 @@
 Files come from a local copy (``data.raw_dir`` / MTX_MULTI30K_DIR) or are downloaded from the
 public repository into the cache directory; either way each file's SHA-256 is checked before use.
 """
-import os
 import urllib.error
 import urllib.request
 from pathlib import Path

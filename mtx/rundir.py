@@ -4,41 +4,19 @@
     model.json          the ModelConfig (rebuilds the model), data.json the DataConfig
     config.yaml         the resolved config the run was started with
     spm.model | toy_symbols.json     the tokenizer
-    checkpoints/        params-<sha>.params, states-<sha>.states: content-addressed, never
-                        overwritten; <name>.json: a manifest naming the files of checkpoint
-                        <name> (latest, epoch_NNN, best, average, interrupted) with their SHA-256,
-                        the model config digest and the training state
+    checkpoints/        the checkpoints, each one unit (`mtx.checkpoints`)
     metrics.jsonl       one record per epoch, appended
     report.json         the final report
 
-A checkpoint is one unit: its data files are written first, its manifest last and atomically,
-so a crash or a full disk between two files leaves the previous manifest pointing at the
-previous files. Every file is verified against its manifest before it is loaded: the optimizer
-state (`.states`) is a pickle and is never unpickled unverified.
 """
 import dataclasses
-import hashlib
 import json
-import logging
-import os
 from pathlib import Path
 
-import mxnet as mx
-
+from .checkpoints import RESUME_HINT, CheckpointStore, config_digest
 from .config import DataConfig, ModelConfig
 from .errors import CheckpointError
-from .files import (append_line, atomic_write, atomic_write_json, fsync_dir, read_json,
-                    read_json_lines, sha256_of)
-
-log = logging.getLogger(__name__)
-
-RESUME_HINT = "free some disk space and resume with train.resume=true"
-LATEST = "latest"  # the resume point: written every train.save_every_minutes and every epoch
-
-
-def config_digest(model_cfg):
-    text = json.dumps(dataclasses.asdict(model_cfg), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+from .files import append_line, atomic_write, atomic_write_json, read_json, read_json_lines
 
 
 def run_identity(model_cfg, data_cfg, tokenizer_sha256):
@@ -48,12 +26,9 @@ def run_identity(model_cfg, data_cfg, tokenizer_sha256):
             "tokenizer_sha256": tokenizer_sha256}
 
 
-class RunDir:
-    """The files of one run directory (see the module docstring)."""
-
-    def __init__(self, path):
-        self.path = Path(path)
-        self.checkpoints = self.path / "checkpoints"
+class RunDir(CheckpointStore):
+    """The files of one run directory (see the module docstring); its checkpoints are
+    `CheckpointStore`'s."""
 
     # -- what the run is ---------------------------------------------------------------------
     def check_identity(self, identity):
@@ -114,110 +89,6 @@ class RunDir:
                                           f"it from a copy of the run") from None
         raise CheckpointError(f"{self.path} has no config.yaml: is it a training run directory?")
 
-    # -- checkpoints ---------------------------------------------------------------------------
-    def manifests(self):
-        return sorted(self.checkpoints.glob("*.json")) if self.checkpoints.is_dir() else []
-
-    def epoch_names(self):
-        return sorted(p.stem for p in self.checkpoints.glob("epoch_*.json"))
-
-    def _store(self, kind, suffix, write):
-        """Write a data file under its content's name; returns (file name, sha256)."""
-        staging = self.checkpoints / f"staging-{kind}{suffix}"
-        atomic_write(staging, write, RESUME_HINT)
-        digest = sha256_of(staging)
-        name = f"{kind}-{digest[:16]}{suffix}"
-        os.replace(staging, self.checkpoints / name)
-        fsync_dir(self.checkpoints)
-        return name, digest
-
-    def save(self, name, model, trainer=None, state=None, **meta):
-        """Checkpoint ``name``: parameters (+ optimizer state and training state when given),
-        then the manifest. Returns the manifest."""
-        from . import faults
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
-        files, sha = {}, {}
-        files["params"], sha["params"] = self._store("params", ".params", model.save_parameters)
-        if trainer is not None:
-            files["states"], sha["states"] = self._store("states", ".states", trainer.save_states)
-        faults.point("checkpoint")
-        manifest = dict(meta, format=2, files=files, sha256=sha,
-                        state=None if state is None else dataclasses.asdict(state),
-                        config=dataclasses.asdict(model.cfg), config_digest=config_digest(model.cfg))
-        atomic_write_json(self.checkpoints / f"{name}.json", manifest, RESUME_HINT)
-        return manifest
-
-    def link(self, name, manifest):
-        """Checkpoint ``name`` as the same files as ``manifest`` (no data is written again)."""
-        manifest = {k: v for k, v in manifest.items() if k != "paths"}  # as `verify` adds
-        atomic_write_json(self.checkpoints / f"{name}.json", manifest, RESUME_HINT)
-
-    def verify(self, name, model_cfg=None):
-        """The manifest of checkpoint ``name`` (or a path to one) after checking that every file
-        is there with its SHA-256 and that it belongs to ``model_cfg`` (default: the run's)."""
-        path = Path(name) if str(name).endswith(".json") else self.checkpoints / f"{name}.json"
-        manifest = read_json(path, CheckpointError, "checkpoint manifest")
-        try:
-            files, sha = _files_of(manifest, path), manifest["sha256"]
-            if not isinstance(sha, dict):
-                sha = {"params": sha}
-            digest = manifest["config_digest"]
-        except (KeyError, TypeError):
-            raise CheckpointError(f"{path} is not an mtx checkpoint manifest; use another "
-                                  f"checkpoint of the run") from None
-        for kind, file in files.items():
-            if not file.is_file():
-                raise CheckpointError(f"{file} is missing (named by {path.name}); use another "
-                                      f"checkpoint of the run")
-            if sha256_of(file) != sha.get(kind):
-                raise CheckpointError(f"{file.name}: checksum mismatch with {path.name} "
-                                      f"(truncated or corrupted file); use another checkpoint")
-        model_cfg = model_cfg or self.model_config()
-        if digest != config_digest(model_cfg):
-            raise CheckpointError(f"{path}: written for a different model config than "
-                                  f"{self.path / 'model.json'}; do not mix runs")
-        manifest["paths"] = files
-        return manifest
-
-    def load(self, manifest, model, ctxs, trainer=None):
-        """Load a verified manifest's parameters (and optimizer state) into ``model``."""
-        try:
-            model.load_parameters(str(manifest["paths"]["params"]), ctx=ctxs)
-            if trainer is not None:
-                trainer.load_states(str(manifest["paths"]["states"]))
-        except (mx.MXNetError, AssertionError, KeyError, OSError) as err:
-            raise CheckpointError(f"{manifest['paths'].get('params')}: cannot be loaded into "
-                                  f"the run's model ({str(err).splitlines()[0]})") from None
-
-    def drop(self, names):
-        for name in names:
-            (self.checkpoints / f"{name}.json").unlink(missing_ok=True)
-
-    def collect_garbage(self):
-        """Delete data files no manifest names (old checkpoints, a crash's leftovers)."""
-        named = set()
-        for path in self.manifests():
-            try:
-                named |= {p.name for p in _files_of(json.loads(path.read_text()), path).values()}
-            except (ValueError, KeyError, TypeError, OSError):
-                continue  # a damaged manifest names nothing; its files go
-        for path in self.checkpoints.glob("*"):
-            data_file = path.suffix in (".params", ".states") or path.name.startswith(".")
-            if data_file and path.name not in named:
-                path.unlink(missing_ok=True)
-
-    def average(self, model, names, ctxs, out_name="average"):
-        """Average the parameters of checkpoints ``names`` into ``model`` and save them as
-        checkpoint ``out_name``; returns its manifest."""
-        params, total = model.collect_params(), None
-        for name in names:
-            self.load(self.verify(name, model.cfg), model, ctxs)
-            values = {k: p.data().copy() for k, p in params.items()}
-            total = values if total is None else {k: total[k] + v for k, v in values.items()}
-        for k, p in params.items():
-            p.set_data(total[k] / len(names))
-        return self.save(out_name, model, averaged=list(names))
-
     # -- metrics and reports ---------------------------------------------------------------------
     def append_metrics(self, record):
         append_line(self.path / "metrics.jsonl", json.dumps(record), RESUME_HINT)
@@ -233,13 +104,6 @@ class RunDir:
 
     def write_json(self, name, obj):
         return atomic_write_json(self.path / name, obj)
-
-
-def _files_of(manifest, path):
-    """{kind: Path} of the data files a manifest names (format 1: the .params beside it)."""
-    if "files" not in manifest:
-        return {"params": path.with_suffix(".params")}
-    return {kind: path.parent / name for kind, name in manifest["files"].items()}
 
 
 def load_run(run_dir, ctx, which="auto"):

@@ -1,7 +1,6 @@
 """mtx.bench: the FLOP count, the config it reads from conf/, its command line, a tiny training
 measurement on the toy task."""
 import json
-import sys
 from types import SimpleNamespace
 
 import numpy as onp

@@ -6,8 +6,6 @@ point (`position_seed`); mid-epoch checkpoints are written only at log points, s
 from any checkpoint reaches the parameters of the uninterrupted run (CPU, fixed seed).
 """
 import logging
-import signal
-import threading
 import time
 
 import numpy as onp
@@ -15,13 +13,11 @@ from tqdm import tqdm
 
 from .. import faults
 from ..batching import bucket_batches
-from ..bleu import sacre_bleu
-from ..config import DecodeConfig
 from ..devices import seed_everything
-from ..errors import CheckpointError
-from ..search import Translator
+from .checkpointing import Checkpointing
+from .control import Clock, CtrlC
 from .state import TrainState, epoch_seed, position_seed
-from .steps import LossMeter, train_step, validation_loss
+from .steps import LossMeter, evaluate, train_step
 
 log = logging.getLogger(__name__)
 
@@ -38,50 +34,23 @@ class Fit:
         self.state = TrainState()
         self.train_src, self.train_tgt = train_pairs
         self.times_seen = onp.zeros(len(self.train_src), "int64")  # per training pair, here
-        self.started, self.last_save, self.interrupt_requested = time.time(), time.time(), False
-        self.minutes_at_start = 0.0
+        self.checkpointing = Checkpointing(run, pieces, train_cfg)
+        self.clock, self.ctrl_c = Clock(train_cfg.max_minutes), CtrlC()
 
     @property
     def model(self):
         return self.pieces.model
 
-    def minutes(self):
-        """Training minutes of the run, those before a resume included."""
-        return self.minutes_at_start + (time.time() - self.started) / 60
-
-    def out_of_time(self):
-        budget = self.train_cfg.max_minutes
-        return budget is not None and self.minutes() >= budget
-
-    # -- checkpoints ---------------------------------------------------------------------------
-    def save_resume_point(self):
-        self.state.minutes = self.minutes()
-        self.last_save = time.time()
-        return self.run_dir.save("latest", self.model, self.pieces.trainer, self.state)
-
     def restore(self):
-        """Continue from the newest intact resume point: `latest`, else the newest intact epoch
-        checkpoint (a damaged one is skipped with a warning). Returns True when one was found."""
-        model_cfg = self.model.cfg
-        for name in ["latest"] + self.run_dir.epoch_names()[::-1]:
-            try:
-                manifest = self.run_dir.verify(name, model_cfg)
-                state = TrainState.from_dict(manifest["state"])
-                self.run_dir.load(manifest, self.model, self.pieces.ctxs, self.pieces.trainer)
-            except CheckpointError as err:
-                if name != "latest" or (self.run_dir.checkpoints / "latest.json").exists():
-                    log.warning("skipping %s: %s", name, err)
-                continue
-            self.state, self.minutes_at_start, self.started = state, state.minutes, time.time()
-            if self.parallel.is_chief:
-                self.run_dir.keep_metrics_until(state.epoch)
-            log.info("resumed from %s (epoch %d, batch %d of the next, step %d)", name,
-                     state.epoch, state.batch_in_epoch, state.step)
-            return True
-        if self.run_dir.manifests():
-            raise CheckpointError(f"{self.run_dir.path}: no intact checkpoint matches this "
-                                  f"config; resume with the run's own settings")
-        return False
+        """Continue from the newest intact checkpoint (`Checkpointing.restore`); True when there
+        was one."""
+        state = self.checkpointing.restore()
+        if state is None:
+            return False
+        self.state, self.clock = state, Clock(self.train_cfg.max_minutes, state.minutes)
+        if self.parallel.is_chief:
+            self.run_dir.keep_metrics_until(state.epoch)
+        return True
 
     # -- the loop ------------------------------------------------------------------------------
     def train_epoch(self):
@@ -112,7 +81,7 @@ class Fit:
                                     tok_s=f"{state.epoch_job_tokens / state.epoch_seconds:.0f}")
                     if self.log_point():
                         break
-                elif not self.parallel.distributed and self.out_of_time():
+                elif not self.parallel.distributed and self.clock.out_of_time():
                     break  # one process: the budget is checked after every step
                 self.check_interrupt()
             else:
@@ -125,92 +94,49 @@ class Fit:
         return not stopped
 
     def log_point(self):
-        """Every `log_every` batches: reseed dropout, maybe save a resume point, and check the
-        budget (agreed by all workers). Returns True when training must stop."""
+        """Every `log_every` batches: reseed dropout, save a resume point when one is due, and
+        check the budget (agreed by all workers). Returns True when training must stop."""
         state = self.state
         seed_everything(position_seed(self.seed, state.epoch, state.batch_in_epoch))
-        save = time.time() - self.last_save >= 60 * self.train_cfg.save_every_minutes
-        if self.parallel.distributed:
-            save = self.parallel.any(save)
-        if save and self.parallel.is_chief:
-            self.save_resume_point()
-        return self.parallel.any(self.out_of_time())
+        self.checkpointing.at_log_point(state, self.clock.minutes(), self.parallel)
+        return self.parallel.any(self.clock.out_of_time())
 
     def evaluate(self, split):
         """(mean per-token nll on ``split``, its greedy sacreBLEU or None)."""
-        faults.point("evaluation")
-        src_ids, tgt_ids = self.corpus.ids[split]
-        loss = validation_loss(self.pieces, bucket_batches(src_ids, tgt_ids, self.train_cfg.batch_tokens,
-                                                           shuffle=False, seed=0))
-        if not self.train_cfg.eval_bleu:
-            return loss, None
-        greedy = DecodeConfig(beam_size=1, length_penalty=0.0,
-                              batch_tokens=self.decode_cfg.batch_tokens)
-        hyps = Translator(self.model, self.corpus.tokenizer, greedy, self.pieces.ctxs[0]).translate(
-            self.corpus.text[split][0])
-        return loss, sacre_bleu(hyps, self.corpus.text[split][1])
+        return evaluate(self.pieces, self.corpus, split, self.train_cfg, self.decode_cfg)
 
     def end_of_epoch(self):
         """Validate, record the epoch, and checkpoint it (the resume point, the epoch, best)."""
         state = self.state
         val_loss, bleu = self.evaluate("val")
-        score = bleu["score"] if bleu else -val_loss  # higher is better
-        improved = state.best_score is None or score > state.best_score
-        state.best_score = score if improved else state.best_score
-        state.stale_epochs = 0 if improved else state.stale_epochs + 1
-        record = {"step": state.step, "epoch": state.epoch, "train/loss": round(state.epoch_loss, 4),
-                  "valid/loss": round(val_loss, 4), "valid/bleu": bleu and bleu["score"],
-                  "train/tok_s": round(state.epoch_job_tokens / max(state.epoch_seconds, 1e-9), 1),
-                  "wall_minutes": round(self.minutes(), 2)}
+        record, improved = state.end_epoch(val_loss, bleu, self.clock.minutes())
         self.run_dir.append_metrics(record)  # before the checkpoint: a resume drops it if redone
         state.start_epoch()
-        manifest = self.save_resume_point()
-        self.run_dir.link(f"epoch_{state.epoch:03d}", dict(manifest, valid=record["valid/bleu"]))
-        if improved:
-            self.run_dir.link("best", dict(manifest, valid=record["valid/bleu"]))
-        keep = max(self.train_cfg.keep_last, self.train_cfg.average_last, 1)
-        self.run_dir.drop(self.run_dir.epoch_names()[:-keep])
-        self.run_dir.collect_garbage()
+        state.minutes = self.clock.minutes()
+        self.checkpointing.epoch_end(state, record["valid/bleu"], improved)
         log.info("epoch %d step %d train loss %.3f val loss %.3f val BLEU %s tok/s %.0f (%.1f min)",
-                 state.epoch, state.step, record["train/loss"], val_loss, record["valid/bleu"],
-                 record["train/tok_s"], self.minutes())
+                 *(record[k] for k in ("epoch", "step", "train/loss", "valid/loss", "valid/bleu",
+                                       "train/tok_s", "wall_minutes")))
 
     def run(self):
         """Train until the budget, max_epochs or early stopping; returns the minutes trained.
         Ctrl-C (SIGINT) saves the model as the `interrupted` checkpoint and re-raises."""
-        handler = None
-        if threading.current_thread() is threading.main_thread():
-            handler = signal.signal(signal.SIGINT, self._on_sigint)
         try:
-            return self._run()
+            with self.ctrl_c:
+                return self._run()
         except KeyboardInterrupt:
             if self.parallel.is_chief:
-                self.run_dir.save("interrupted", self.model, step=self.state.step)
-                log.warning("interrupted at step %d: the model is checkpoint 'interrupted'; "
-                            "train.resume=true hydra.run.dir=%s continues from the last resume "
-                            "point", self.state.step, self.run_dir.path)
+                self.checkpointing.interrupted(self.state.step)
             raise
-        finally:
-            if handler is not None:
-                signal.signal(signal.SIGINT, handler)
-
-    def _on_sigint(self, signum, frame):
-        """The first Ctrl-C is acted on between steps (`check_interrupt`): raised from a signal
-        handler, it could land in an array's __del__, where Python drops it. A second one raises
-        at once."""
-        if self.interrupt_requested:
-            raise KeyboardInterrupt
-        self.interrupt_requested = True
 
     def check_interrupt(self):
-        if self.interrupt_requested:
-            raise KeyboardInterrupt
+        self.ctrl_c.check()
 
     def _run(self):
         """Epochs; one cut short by the budget ends like any other (validated, checkpointed)."""
         state = self.state
-        if state.step and self.parallel.any(self.out_of_time()):
-            return self.minutes()  # resumed after the budget was spent: nothing to train
+        if state.step and self.parallel.any(self.clock.out_of_time()):
+            return self.clock.minutes()  # resumed after the budget was spent: nothing to train
         while state.epoch < self.train_cfg.max_epochs:
             cut_short = not self.train_epoch()
             state.epoch += 1
@@ -221,9 +147,9 @@ class Fit:
                     stop = f"no better validation score for {state.stale_epochs} epochs: early stop"
             state.start_epoch()
             self.check_interrupt()
-            if cut_short or self.out_of_time():
+            if cut_short or self.clock.out_of_time():
                 stop = f"train.max_minutes={self.train_cfg.max_minutes} reached after {state.epoch} epochs"
             if self.parallel.any(stop is not None):  # all workers stop after the same epoch
                 log.info("%s", stop or "another worker stopped the job")
                 break
-        return self.minutes()
+        return self.clock.minutes()

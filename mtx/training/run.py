@@ -2,7 +2,6 @@
 checkpoint choice and the test scores (report.json)."""
 import dataclasses
 import logging
-from pathlib import Path
 
 from .. import faults, kernels
 from ..corpus import load_corpus, load_tokenizer, save_tokenizer, tokenizer_sha256

@@ -48,6 +48,19 @@ class TrainState:
         self.batch_in_epoch = self.epoch_tokens = self.epoch_skipped = self.epoch_job_tokens = 0
         self.epoch_nll = self.epoch_seconds = 0.0
 
+    def end_epoch(self, val_loss, bleu, minutes):
+        """Score the finished epoch (val BLEU, or -val loss without BLEU: higher is better) ->
+        (its metrics record, whether it is the best so far)."""
+        score = bleu["score"] if bleu else -val_loss
+        improved = self.best_score is None or score > self.best_score
+        self.best_score = score if improved else self.best_score
+        self.stale_epochs = 0 if improved else self.stale_epochs + 1
+        record = {"step": self.step, "epoch": self.epoch, "train/loss": round(self.epoch_loss, 4),
+                  "valid/loss": round(val_loss, 4), "valid/bleu": bleu and bleu["score"],
+                  "train/tok_s": round(self.epoch_job_tokens / max(self.epoch_seconds, 1e-9), 1),
+                  "wall_minutes": round(minutes, 2)}
+        return record, improved
+
     @property
     def epoch_loss(self):
         return self.epoch_nll / max(self.epoch_tokens, 1)

@@ -1,4 +1,4 @@
-"""One training step and the validation loss: functions of the pieces and a batch.
+"""One training step and the evaluation step: functions of the pieces and the data.
 
 `train_step` queues the forward, backward and update on the devices and returns device arrays;
 nothing is read back to the host (the loop reads the loss every `train.log_every` steps).
@@ -6,11 +6,16 @@ nothing is read back to the host (the loop reads the loss every `train.log_every
 import numpy as onp
 from mxnet import autograd
 
+from .. import faults
+from ..batching import bucket_batches
+from ..bleu import sacre_bleu
+from ..config import DecodeConfig
 from ..devices import to_device
 from ..errors import TrainingError
 from ..optimizer import gradient_scale
 from ..parallel import split_rows
 from ..schedule import inverse_sqrt_warmup
+from ..search import Translator
 
 
 def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None):
@@ -48,6 +53,20 @@ def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None):
     pieces.trainer.update(1)  # the scale above already divides by the tokens
     return (sum(nlls), finite.as_np_ndarray().reshape(()),
             sum(part.num_tgt_tokens for part in parts))
+
+
+def evaluate(pieces, corpus, split, train_cfg, decode_cfg):
+    """(mean per-token nll on ``corpus``'s ``split``, its greedy sacreBLEU or None with
+    `train.eval_bleu=false`), on the first device."""
+    faults.point("evaluation")
+    src_ids, tgt_ids = corpus.ids[split]
+    loss = validation_loss(pieces, bucket_batches(src_ids, tgt_ids, train_cfg.batch_tokens,
+                                                  shuffle=False, seed=0))
+    if not train_cfg.eval_bleu:
+        return loss, None
+    greedy = DecodeConfig(beam_size=1, length_penalty=0.0, batch_tokens=decode_cfg.batch_tokens)
+    translator = Translator(pieces.model, corpus.tokenizer, greedy, pieces.ctxs[0])
+    return loss, sacre_bleu(translator.translate(corpus.text[split][0]), corpus.text[split][1])
 
 
 def validation_loss(pieces, batches):

@@ -1,0 +1,147 @@
+"""A run's checkpoints (its ``checkpoints/`` folder): content-addressed data files and the
+manifests that make each checkpoint one unit.
+
+Files: ``params-<sha>.params`` and ``states-<sha>.states`` (never overwritten) and
+``<name>.json``, a manifest naming the files of checkpoint ``<name>`` (latest, epoch_NNN, best,
+average, interrupted) with their SHA-256, the model config digest and the training state. The
+data files are written first and the manifest last, atomically: a crash or a full disk between
+two files leaves the previous manifest pointing at the previous files. Every file is verified
+against its manifest before it is loaded, so the optimizer state (a pickle) is never unpickled
+unverified.
+"""
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import mxnet as mx
+
+from . import faults
+from .errors import CheckpointError
+from .files import atomic_write, atomic_write_json, fsync_dir, read_json, sha256_of
+
+RESUME_HINT = "free some disk space and resume with train.resume=true"
+
+
+def config_digest(model_cfg):
+    text = json.dumps(dataclasses.asdict(model_cfg), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class CheckpointStore:
+    """The checkpoints of the run directory ``path``; `model_config()` (the run's ModelConfig)
+    is provided by `mtx.rundir.RunDir`."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.checkpoints = self.path / "checkpoints"
+
+    def manifests(self):
+        return sorted(self.checkpoints.glob("*.json")) if self.checkpoints.is_dir() else []
+
+    def epoch_names(self):
+        return sorted(p.stem for p in self.checkpoints.glob("epoch_*.json"))
+
+    def _store(self, kind, suffix, write):
+        """Write a data file under its content's name; returns (file name, sha256)."""
+        staging = self.checkpoints / f"staging-{kind}{suffix}"
+        atomic_write(staging, write, RESUME_HINT)
+        digest = sha256_of(staging)
+        name = f"{kind}-{digest[:16]}{suffix}"
+        os.replace(staging, self.checkpoints / name)
+        fsync_dir(self.checkpoints)
+        return name, digest
+
+    def save(self, name, model, trainer=None, state=None, **meta):
+        """Checkpoint ``name``: parameters (+ optimizer state and training state when given),
+        then the manifest. Returns the manifest."""
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        files, sha = {}, {}
+        files["params"], sha["params"] = self._store("params", ".params", model.save_parameters)
+        if trainer is not None:
+            files["states"], sha["states"] = self._store("states", ".states", trainer.save_states)
+        faults.point("checkpoint")
+        manifest = dict(meta, format=2, files=files, sha256=sha,
+                        state=None if state is None else dataclasses.asdict(state),
+                        config=dataclasses.asdict(model.cfg), config_digest=config_digest(model.cfg))
+        atomic_write_json(self.checkpoints / f"{name}.json", manifest, RESUME_HINT)
+        return manifest
+
+    def link(self, name, manifest):
+        """Checkpoint ``name`` as the same files as ``manifest`` (no data is written again)."""
+        manifest = {k: v for k, v in manifest.items() if k != "paths"}  # as `verify` adds
+        atomic_write_json(self.checkpoints / f"{name}.json", manifest, RESUME_HINT)
+
+    def verify(self, name, model_cfg=None):
+        """The manifest of checkpoint ``name`` (or a path to one) after checking that every file
+        is there with its SHA-256 and that it belongs to ``model_cfg`` (default: the run's)."""
+        path = Path(name) if str(name).endswith(".json") else self.checkpoints / f"{name}.json"
+        manifest = read_json(path, CheckpointError, "checkpoint manifest")
+        try:
+            files, sha = _files_of(manifest, path), manifest["sha256"]
+            if not isinstance(sha, dict):
+                sha = {"params": sha}
+            digest = manifest["config_digest"]
+        except (KeyError, TypeError):
+            raise CheckpointError(f"{path} is not an mtx checkpoint manifest; use another "
+                                  f"checkpoint of the run") from None
+        for kind, file in files.items():
+            if not file.is_file():
+                raise CheckpointError(f"{file} is missing (named by {path.name}); use another "
+                                      f"checkpoint of the run")
+            if sha256_of(file) != sha.get(kind):
+                raise CheckpointError(f"{file.name}: checksum mismatch with {path.name} "
+                                      f"(truncated or corrupted file); use another checkpoint")
+        model_cfg = model_cfg or self.model_config()
+        if digest != config_digest(model_cfg):
+            raise CheckpointError(f"{path}: written for a different model config than "
+                                  f"{self.path / 'model.json'}; do not mix runs")
+        manifest["paths"] = files
+        return manifest
+
+    def load(self, manifest, model, ctxs, trainer=None):
+        """Load a verified manifest's parameters (and optimizer state) into ``model``."""
+        try:
+            model.load_parameters(str(manifest["paths"]["params"]), ctx=ctxs)
+            if trainer is not None:
+                trainer.load_states(str(manifest["paths"]["states"]))
+        except (mx.MXNetError, AssertionError, KeyError, OSError) as err:
+            raise CheckpointError(f"{manifest['paths'].get('params')}: cannot be loaded into "
+                                  f"the run's model ({str(err).splitlines()[0]})") from None
+
+    def drop(self, names):
+        for name in names:
+            (self.checkpoints / f"{name}.json").unlink(missing_ok=True)
+
+    def collect_garbage(self):
+        """Delete data files no manifest names (old checkpoints, a crash's leftovers)."""
+        named = set()
+        for path in self.manifests():
+            try:
+                named |= {p.name for p in _files_of(json.loads(path.read_text()), path).values()}
+            except (ValueError, KeyError, TypeError, OSError):
+                continue  # a damaged manifest names nothing; its files go
+        for path in self.checkpoints.glob("*"):
+            data_file = path.suffix in (".params", ".states") or path.name.startswith(".")
+            if data_file and path.name not in named:
+                path.unlink(missing_ok=True)
+
+    def average(self, model, names, ctxs, out_name="average"):
+        """Average the parameters of checkpoints ``names`` into ``model`` and save them as
+        checkpoint ``out_name``; returns its manifest."""
+        params, total = model.collect_params(), None
+        for name in names:
+            self.load(self.verify(name, model.cfg), model, ctxs)
+            values = {k: p.data().copy() for k, p in params.items()}
+            total = values if total is None else {k: total[k] + v for k, v in values.items()}
+        for k, p in params.items():
+            p.set_data(total[k] / len(names))
+        return self.save(out_name, model, averaged=list(names))
+
+
+def _files_of(manifest, path):
+    """{kind: Path} of the data files a manifest names (format 1: the .params beside it)."""
+    if "files" not in manifest:
+        return {"params": path.with_suffix(".params")}
+    return {kind: path.parent / name for kind, name in manifest["files"].items()}

@@ -1,0 +1,76 @@
+"""When the training loop checkpoints and where it resumes: a resume point (`latest`) every
+`train.save_every_minutes` and at every epoch's end, epoch checkpoints kept `train.keep_last`
+deep (at least `train.average_last`), `best`, and resume from the newest intact one."""
+import logging
+import time
+
+from ..errors import CheckpointError
+from .state import TrainState
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointing:
+    """Checkpoints of ``pieces`` (`build.Pieces`) in the `RunDir` ``run``."""
+
+    def __init__(self, run, pieces, train_cfg):
+        self.run, self.pieces, self.train_cfg = run, pieces, train_cfg
+        self.last_save = time.time()
+
+    def due(self):
+        """Is a mid-epoch resume point due (`train.save_every_minutes` since the last one)?"""
+        return time.time() - self.last_save >= 60 * self.train_cfg.save_every_minutes
+
+    def resume_point(self, state):
+        """Parameters, optimizer state and ``state`` as checkpoint `latest`; its manifest."""
+        self.last_save = time.time()
+        return self.run.save("latest", self.pieces.model, self.pieces.trainer, state)
+
+    def epoch_end(self, state, valid, improved):
+        """The resume point of a finished epoch, also kept as `epoch_NNN` (and `best` when it
+        ``improved``); older epochs beyond `keep_last` go, with their files."""
+        manifest = dict(self.resume_point(state), valid=valid)
+        self.run.link(f"epoch_{state.epoch:03d}", manifest)
+        if improved:
+            self.run.link("best", manifest)
+        keep = max(self.train_cfg.keep_last, self.train_cfg.average_last, 1)
+        self.run.drop(self.run.epoch_names()[:-keep])
+        self.run.collect_garbage()
+
+    def at_log_point(self, state, minutes, parallel):
+        """A resume point when one is due (all workers agree; rank 0 writes it)."""
+        due = self.due()
+        if parallel.distributed:
+            due = parallel.any(due)
+        if due and parallel.is_chief:
+            state.minutes = minutes
+            self.resume_point(state)
+
+    def interrupted(self, step):
+        """The model at Ctrl-C, as checkpoint `interrupted` (not a resume point)."""
+        self.run.save("interrupted", self.pieces.model, step=step)
+        log.warning("interrupted at step %d: the model is checkpoint 'interrupted'; "
+                    "train.resume=true hydra.run.dir=%s continues from the last resume point",
+                    step, self.run.path)
+
+    def restore(self):
+        """Load the newest intact resume point, `latest`, else the newest intact epoch checkpoint
+        (a damaged one is skipped with a warning); returns its `TrainState`, or None when the run
+        has no checkpoint yet."""
+        model = self.pieces.model
+        for name in ["latest"] + self.run.epoch_names()[::-1]:
+            try:
+                manifest = self.run.verify(name, model.cfg)
+                state = TrainState.from_dict(manifest["state"])
+                self.run.load(manifest, model, self.pieces.ctxs, self.pieces.trainer)
+            except CheckpointError as err:
+                if name != "latest" or (self.run.checkpoints / "latest.json").exists():
+                    log.warning("skipping %s: %s", name, err)
+                continue
+            log.info("resumed from %s (epoch %d, batch %d of the next, step %d)", name,
+                     state.epoch, state.batch_in_epoch, state.step)
+            return state
+        if self.run.manifests():
+            raise CheckpointError(f"{self.run.path}: no intact checkpoint matches this config; "
+                                  f"resume with the run's own settings")
+        return None
