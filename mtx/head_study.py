@@ -79,13 +79,6 @@ def choose_pruning(points, max_bleu_loss, heads_to_remove=None):
     return (best[1], best[0]) if heads_to_remove is None else (best[1], heads_to_remove)
 
 
-def finetune(pruned, corpus, data_cfg, train_cfg, decode_cfg, out_dir, ctx, seed):
-    """Train the pruned model further on the training split (``train_cfg`` holds the budget and
-    learning rate) in ``out_dir``; returns (the model the run chose, its choice)."""
-    from .training import continue_training
-    return continue_training(pruned, corpus, data_cfg, train_cfg, decode_cfg, out_dir, ctx, seed)
-
-
 def save_pruned_run(pruned, run_dir, out_dir, meta):
     """A run directory for the pruned model that scripts/translate.py loads like any other."""
     source, pruned_run = RunDir(run_dir), RunDir(out_dir)

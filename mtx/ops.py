@@ -1,11 +1,11 @@
 """MXNet's legacy operators called on NumPy-interface arrays, where they are faster.
 
-In MXNet 1.9.1 some NumPy-interface operators are much slower than their legacy twins on the same
-data (2 threads, (128, 24, 4, 64) float32): ``np.transpose`` 0.77 ms against ``transpose`` 0.10
-ms; a same-shape ``a + b`` 0.46 ms against ``elemwise_add`` 0.18 ms, and its backward runs a
-broadcast reduction (2.5 against 1.5 ms forward + backward). `legacy` runs the legacy operator
-without copying (``as_nd_ndarray`` / ``as_np_ndarray`` are views, also on symbols), so hybridized
-graphs and imperative decoding use the same code. docs/performance.md has the profile.
+In MXNet 1.9.1 some NumPy-interface operators are slower than their legacy twins on the same
+data: ``np.transpose`` against ``transpose``, and a same-shape ``a + b`` (whose backward runs a
+broadcast reduction) against ``elemwise_add``; docs/performance.md has the training-step profile
+(`scripts/bench.py profile`). `legacy` runs the legacy operator without copying
+(``as_nd_ndarray`` / ``as_np_ndarray`` are views, also on symbols), so hybridized graphs and
+imperative decoding use the same code.
 """
 
 

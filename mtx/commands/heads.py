@@ -14,10 +14,11 @@ from .. import heads
 from ..corpus import load_corpus
 from ..devices import resolve_device
 from ..errors import ConfigError
-from ..head_study import (GatedScorer, choose_pruning, compare_speed, curves, finetune,
+from ..head_study import (GatedScorer, choose_pruning, compare_speed, curves,
                           importance_scores, save_pruned_run, write_json)
 from ..pictures import importance_heatmaps, pruning_plot
 from ..rundir import RunDir, load_run
+from ..training import continue_training
 from .common import typed, writable_out_dir
 
 
@@ -102,8 +103,8 @@ def prune_and_time(cfg, s, shape, orders, points):
     models = {"full": s.model}  # its one traced graph serves gated and plain calls
     if s.finetune_cfg is not None:
         models["pruned_before_finetune"] = pruned
-        pruned, choice = finetune(pruned, s.corpus, s.data_cfg, s.finetune_cfg, s.decode_cfg,
-                                  s.out / "pruned", s.ctx, s.seed)
+        pruned, choice = continue_training(pruned, s.corpus, s.data_cfg, s.finetune_cfg,
+                                           s.decode_cfg, s.out / "pruned", s.ctx, s.seed)
         meta["finetune"] = {"minutes": cfg.finetune.minutes, "lr": cfg.finetune.lr,
                             "warmup_steps": cfg.finetune.warmup_steps, "final": choice}
     save_pruned_run(pruned, s.run_dir, s.out / "pruned", meta)
