@@ -30,7 +30,7 @@ def attention_pictures(weights, layers, source_labels, target_labels, out_dir):
         fig.suptitle(f"{layer.kind} attention, layer {layer.layer + 1}", fontsize=10)
         fig.tight_layout()
         path = out_dir / f"{layer.kind.replace(' ', '_')}_layer{layer.layer + 1}.png"
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
         plt.close(fig)
         paths.append(path)
     return paths
@@ -52,7 +52,7 @@ def importance_heatmaps(scores, layer_names, path):
             ax.text(h, a, f"{v:.2f}", ha="center", va="center", fontsize=6, color="cyan")
         fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -73,7 +73,7 @@ def pruning_plot(curves, total_heads, path):
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -95,5 +95,11 @@ def learning_curve(metrics_path, path):
     for ax in (loss_ax, bleu_ax):
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
+
+
+def _save(fig, path):
+    """Write ``fig`` as a PNG atomically (`mtx.files.atomic_write`)."""
+    from .files import atomic_write
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))

@@ -16,7 +16,7 @@ from pathlib import Path
 from .checkpoints import RESUME_HINT, CheckpointStore, config_digest
 from .config import DataConfig, ModelConfig
 from .errors import CheckpointError
-from .files import append_line, atomic_write, atomic_write_json, read_json, read_json_lines
+from .files import append_line, atomic_write_json, atomic_write_text, read_json, read_json_lines
 
 
 def run_identity(model_cfg, data_cfg, tokenizer_sha256):
@@ -57,8 +57,7 @@ class RunDir(CheckpointStore):
         atomic_write_json(self.path / "model.json", dataclasses.asdict(model_cfg))
         atomic_write_json(self.path / "data.json", dataclasses.asdict(data_cfg))
         if resolved_config_yaml is not None:
-            atomic_write(self.path / "config.yaml",
-                         lambda tmp: Path(tmp).write_text(resolved_config_yaml, encoding="utf-8"))
+            atomic_write_text(self.path / "config.yaml", resolved_config_yaml)
 
     def model_config(self):
         values = read_json(self.path / "model.json", CheckpointError, "model config of the run")
@@ -99,8 +98,8 @@ class RunDir(CheckpointStore):
     def keep_metrics_until(self, epoch):
         """Drop the records of epochs after ``epoch`` (they are being redone after a resume)."""
         kept = [r for r in self.metrics() if r["epoch"] <= epoch]
-        atomic_write(self.path / "metrics.jsonl", lambda tmp: Path(tmp).write_text(
-            "".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8"), RESUME_HINT)
+        atomic_write_text(self.path / "metrics.jsonl",
+                          "".join(json.dumps(r) + "\n" for r in kept), RESUME_HINT)
 
     def write_json(self, name, obj):
         return atomic_write_json(self.path / name, obj)

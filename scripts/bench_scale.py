@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from mtx.files import atomic_write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
@@ -63,7 +65,7 @@ def main():
         row["ratio"] = round(row["train_tok_s"] / base, 2)
         print(f"| {row['setting']} | {row['omp_threads_per_process']} | {row['steps']} | "
               f"{row['train_tok_s']:,.0f} | {row['ratio']:.2f} |")
-    (out / "bench_scale.json").write_text(json.dumps({"cores": cores, "rows": rows}, indent=1))
+    atomic_write_json(out / "bench_scale.json", {"cores": cores, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -10,14 +10,14 @@ import statistics
 import sys
 from pathlib import Path
 
+from mtx.files import atomic_write_json
+
 
 def summarize(run_dir):
     report = json.loads((run_dir / "report.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    overrides = (run_dir / ".hydra" / "overrides.yaml")
     test = next(iter(report["scores"].values()))
-    return {"run": run_dir.name,
-            "overrides": overrides.read_text().replace("\n", " ").strip() if overrides.is_file() else "",
+    return {"run": run_dir.name,  # in a sweep, the overrides (hydra.sweep.subdir)
             "parameters": report["parameters"], "train_minutes": report["train_minutes"],
             "epochs": report["epochs"],
             "train_tok_s": round(statistics.median(m["train/tok_s"] for m in metrics)),
@@ -35,7 +35,7 @@ def main(folder):
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:
         print("| " + " | ".join(str(row[k]) for k in keys) + " |")
-    (Path(folder) / "summary.json").write_text(json.dumps(rows, indent=1))
+    atomic_write_json(Path(folder) / "summary.json", rows)
 
 
 if __name__ == "__main__":
