@@ -113,8 +113,8 @@ def test_local_cluster_trains_the_same_parameters_on_different_shards(tmp_path):
     assert ids0 != ids1 and steps0 == steps1       # different shards, the same updates
     assert int(seen0) + int(seen1) == 3 * 1000     # together: every pair of 3 epochs once
     assert len(re.findall(r"epoch 1 step \d+ train loss", log)) == 1  # rank 0 alone evaluates
-    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("epoch_*.params"))
-    assert checkpoints == ["epoch_001.params", "epoch_002.params", "epoch_003.params"]
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("epoch_*.json"))
+    assert checkpoints == ["epoch_001.json", "epoch_002.json", "epoch_003.json"]
     assert (run_dir / "report.json").is_file()
 
 
