@@ -36,6 +36,7 @@ line = st.one_of(
     st.integers(60, 300).map(lambda n: "Hund " .encode() * n))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(line, min_size=1, max_size=8))

@@ -64,6 +64,7 @@ def test_typed_rejects_unknown_keys_and_impossible_sizes():
         ModelConfig(num_hiddens=256, num_heads=3)
 
 
+@pytest.mark.slow
 def test_bad_override_is_one_line_from_the_script(tmp_path):
     done = run_script("train", "model.num_heads=3", f"hydra.run.dir={tmp_path}")
     lines = done.stderr.decode().strip().splitlines()
@@ -72,6 +73,7 @@ def test_bad_override_is_one_line_from_the_script(tmp_path):
     assert "Traceback" not in done.stderr.decode()
 
 
+@pytest.mark.slow
 def test_unknown_key_is_refused_without_traceback(tmp_path):
     done = run_script("train", "model.num_layer=6", f"hydra.run.dir={tmp_path}")
     err = done.stderr.decode()

@@ -71,6 +71,7 @@ def test_two_cpu_contexts_train_like_one_with_the_same_total_batch(tmp_path):
     assert any(not onp.allclose(one[n], initial[n], atol=1e-3) for n in one)  # they did train
 
 
+@pytest.mark.slow
 def test_train_script_runs_on_two_devices_end_to_end(tmp_path):
     done = run_script("train", "experiment=smoke", "train.devices=[cpu:0,cpu:1]",
                       f"hydra.run.dir={tmp_path / 'run'}", f"paths.cache_dir={tmp_path / 'cache'}",
@@ -86,6 +87,7 @@ def test_unknown_kvstore_is_a_config_error():
         TrainConfig(kvstore="nccl")
 
 
+@pytest.mark.slow
 def test_local_cluster_trains_the_same_parameters_on_different_shards(tmp_path):
     """Scheduler, one server and two workers on loopback, started by MXNet's launcher."""
     run_dir = tmp_path / "run"
@@ -118,6 +120,7 @@ def test_local_cluster_trains_the_same_parameters_on_different_shards(tmp_path):
     assert (run_dir / "report.json").is_file()
 
 
+@pytest.mark.slow
 def test_a_failing_worker_stops_the_whole_job(tmp_path):
     """Without the repair, MXNet's local launcher retries the worker and the job hangs."""
     command = [sys.executable, str(ROOT / "scripts" / "launch.py"), "--launcher", "local",
