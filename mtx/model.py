@@ -85,8 +85,8 @@ class Transformer(HybridBlock):
     def forward(self, src_tokens, src_valid_len, tgt_in, head_gates=None):
         # The gates are always an input of the traced graph (ones by default), which adds one
         # (D, H*Dh) W_o weight multiply per attention layer (`MultiHeadAttention._output`).
-        # Measured against a graph traced without gates (a training step and greedy decoding at
-        # the small config's shapes, interleaved rounds): equal within noise. Scaling the
+        # Measured against a graph traced without gates (scripts/bench_gates.py: training steps
+        # at the bench's shapes, interleaved rounds): equal within noise. Scaling the
         # (B, T, H*Dh) context in the graph instead was clearly slower (its broadcast backward).
         return super().forward(src_tokens, src_valid_len, tgt_in,
                                self._gates(head_gates, src_tokens))
