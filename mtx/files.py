@@ -49,8 +49,7 @@ def atomic_write(path, write, hint=None):
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
-        reason = getattr(err, "strerror", None) or str(err).strip().splitlines()[-1:] or [""]
-        reason = reason if isinstance(reason, str) else reason[0]
+        reason = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [""])[-1]
         raise FileWriteError(f"cannot write {path} ({reason}); the previous file is kept: "
                              f"{hint or 'check that the directory exists, is writable and has space'}"
                              ) from None
@@ -122,16 +121,3 @@ def read_json_lines(path, error):
                 break
             raise error(f"{path}:{number} is not JSON; remove that line") from None
     return records
-
-
-def writable_dir(path, error, what="directory"):
-    """Create ``path`` if needed and check that files can be written there, else ``error``."""
-    path = Path(path)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise error(f"cannot create the {what} {path} ({err.strerror}); choose another place") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise error(f"the {what} {path} is not writable; copy it somewhere writable or fix "
-                    f"its permissions") from None
-    return path
