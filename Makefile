@@ -2,7 +2,11 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PYTHON ?= python3
+# MXNet 1.9.1 runs on Python 3.9-3.11 only (numpy 1.23.5 has no wheels past 3.11, and mxnet
+# imports distutils, gone in 3.12): PYTHON= when given, else the newest of python3.11,
+# python3.10, python3.9 on the PATH.
+PYTHON ?= $(firstword $(foreach v,3.11 3.10 3.9,$(shell command -v python$(v) 2>/dev/null)))
+PYTHON_HELP := mtx needs Python 3.9-3.11 (MXNet 1.9.1); install python3.11 (e.g. apt-get install python3.11 python3.11-venv, or pyenv install 3.11) and run make PYTHON=/path/to/python3.11
 STAMP := $(VENV)/.installed
 export MTX_MULTI30K_DIR ?= $(if $(wildcard ../shared/data/multi30k/SHA256SUMS),$(abspath ../shared/data/multi30k),)
 # 2 threads: the machine this project is built for; override on bigger ones.
@@ -16,6 +20,7 @@ help:  ## list the targets
 install: $(STAMP)  ## create .venv and install mtx with runtime and test dependencies
 
 $(STAMP): pyproject.toml
+	@test -x $(PY) || { [ -n "$(PYTHON)" ] && "$(PYTHON)" -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 11))' 2>/dev/null; } || { echo "error: $(if $(PYTHON),PYTHON=$(PYTHON) is not Python 3.9-3.11,no Python 3.9-3.11 on the PATH): $(PYTHON_HELP)" >&2; exit 2; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip wheel "setuptools<70" "cython<3"
 	# mxnet 1.9 needs numpy<1.24; gluonnlp 0.10 is an sdist; pip builds it in an isolated env (its own Cython).
