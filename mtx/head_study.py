@@ -7,7 +7,7 @@ from mxnet import np
 
 from . import heads
 from .bleu import sacre_bleu
-from .files import atomic_copy, atomic_write_json
+from .files import atomic_copy
 from .config import ConfigError, DecodeConfig
 from .evaluation import translate_and_score
 from .rundir import RunDir
@@ -112,7 +112,3 @@ def compare_speed(models, rounds, *translate_args):
     for timing in timings.values():
         timing["best"] = min(timing["seconds"])
     return timings
-
-
-def write_json(path, obj):
-    atomic_write_json(path, obj)

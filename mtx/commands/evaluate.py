@@ -1,14 +1,13 @@
 """scripts/evaluate.py: translate a split of the run's corpus (or any source/reference files) and
 score it; sacreBLEU, chrF and tokenized-lowercased BLEU to stdout, hypotheses and a JSON of the
 scores into <run>/eval/ (or out_dir=)."""
-import json
 from pathlib import Path
 
 from mxnet import npx
 
 from ..errors import DataError
 from ..evaluation import translate_and_score
-from ..files import atomic_write_text
+from ..files import atomic_write_json, atomic_write_text
 from ..lines import read_parallel
 from ..multi30k import load_multi30k
 from .common import decoding_setup, writable_out_dir
@@ -37,16 +36,16 @@ def evaluate(cfg):
     """Score the run ``cfg.ckpt`` on ``cfg.split`` or on ``cfg.source``/``cfg.reference``;
     returns the scores."""
     npx.set_np()
-    texts = read_files(cfg)  # bad files fail before the model loads
-    decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
+    texts = read_files(cfg)  # bad files and an unwritable output fail before the model loads
     out_dir = writable_out_dir(cfg, "eval")
+    decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
     name, sources, references = texts or read_split(cfg, data_cfg)
     tgt_lang = data_cfg.tgt_lang if data_cfg else "en"
     hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,
                                              references, tgt_lang)
     stem = f"{name}.beam{decode_cfg.beam_size}.lp{decode_cfg.length_penalty}"
     atomic_write_text(out_dir / f"{stem}.hyp", "\n".join(hypotheses) + "\n")
-    atomic_write_text(out_dir / f"{stem}.json", json.dumps(scores, indent=1))
+    atomic_write_json(out_dir / f"{stem}.json", scores)
     for metric in ("sacrebleu", "chrf", "bleu_tok_lc"):
         print(f"{name} {metric} = {scores[metric]['score']:.2f}  {scores[metric]['signature']}")
     print(f"{len(sources)} sentences in {scores['decode_seconds']:.1f} s "

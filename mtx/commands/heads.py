@@ -14,8 +14,9 @@ from .. import heads
 from ..corpus import load_corpus
 from ..devices import resolve_device
 from ..errors import ConfigError
+from ..files import atomic_write_json
 from ..head_study import (GatedScorer, choose_pruning, compare_speed, curves,
-                          importance_scores, save_pruned_run, write_json)
+                          importance_scores, save_pruned_run)
 from ..pictures import importance_heatmaps, pruning_plot
 from ..rundir import RunDir, load_run
 from ..training import continue_training
@@ -81,12 +82,12 @@ def score_heads(cfg, s):
     scorer = GatedScorer(s.model, s.tokenizer, sources, references, s.ctx)
     scores = importance_scores(s.model, s.corpus, split, n, scorer, s.ctx, cfg.leave_one_out)
     names = heads.layer_names(s.model.cfg)
-    write_json(s.out / "importance.json", {"layers": names, **scores})
+    atomic_write_json(s.out / "importance.json", {"layers": names, **scores})
     importance_heatmaps(scores, names, s.out / "importance.png")
     shape = scores["gradient"].shape
     orders, points = curves(scorer, shape, removal_orders(cfg, s.model, scores, src_ids, tgt_ids,
                                                           s.ctx), cfg.random_orders)
-    write_json(s.out / "pruning.json", {"orders": orders, "curves": points})
+    atomic_write_json(s.out / "pruning.json", {"orders": orders, "curves": points})
     pruning_plot(points, shape[0] * shape[1], s.out / "pruning.png")
     return shape, orders, points
 
@@ -117,7 +118,7 @@ def prune_and_time(cfg, s, shape, orders, points):
              **compare_speed(models, cfg.timing_rounds, s.tokenizer, s.decode_cfg, s.ctx,
                              test_src, test_ref, s.data_cfg.tgt_lang)}
     speed["speedup"] = round(speed["full"]["best"] / speed["pruned"]["best"], 3)
-    write_json(s.out / "speed.json", speed)
+    atomic_write_json(s.out / "speed.json", speed)
     return speed
 
 
