@@ -6,7 +6,12 @@
     spm.model | toy_symbols.json     the tokenizer
     checkpoints/        the checkpoints, each one unit (`mtx.checkpoints`)
     metrics.jsonl       one record per epoch, appended
+    steps.jsonl         one record per log point (`train.log_every` steps) and epoch end: the
+                        loss, learning rate and tokens/s of the steps since the one before
+    events.out.tfevents.*   TensorBoard's view of both (`mtx.tensorboard`)
     report.json         the final report
+
+After a resume the records of what is redone are dropped (`keep_records_until`).
 
 """
 import dataclasses
@@ -17,6 +22,7 @@ from .checkpoints import RESUME_HINT, CheckpointStore, config_digest
 from .config import DataConfig, ModelConfig
 from .errors import CheckpointError
 from .files import append_line, atomic_write_json, atomic_write_text, read_json, read_json_lines
+from .tensorboard import EventLog
 
 
 def run_identity(model_cfg, data_cfg, tokenizer_sha256):
@@ -29,6 +35,10 @@ def run_identity(model_cfg, data_cfg, tokenizer_sha256):
 class RunDir(CheckpointStore):
     """The files of one run directory (see the module docstring); its checkpoints are
     `CheckpointStore`'s."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.events = None  # the TensorBoard event log, opened by the first record written
 
     # -- what the run is ---------------------------------------------------------------------
     def check_identity(self, identity):
@@ -90,16 +100,45 @@ class RunDir(CheckpointStore):
 
     # -- metrics and reports ---------------------------------------------------------------------
     def append_metrics(self, record):
+        """An epoch's record (metrics.jsonl, and TensorBoard)."""
+        events = self.event_log()
         append_line(self.path / "metrics.jsonl", json.dumps(record), RESUME_HINT)
+        events.add(record, epoch=True)
 
     def metrics(self):
         return read_json_lines(self.path / "metrics.jsonl", CheckpointError)
 
-    def keep_metrics_until(self, epoch):
-        """Drop the records of epochs after ``epoch`` (they are being redone after a resume)."""
-        kept = [r for r in self.metrics() if r["epoch"] <= epoch]
-        atomic_write_text(self.path / "metrics.jsonl",
-                          "".join(json.dumps(r) + "\n" for r in kept), RESUME_HINT)
+    def append_step(self, record):
+        """A log point's record (steps.jsonl, and TensorBoard)."""
+        events = self.event_log()
+        append_line(self.path / "steps.jsonl", json.dumps(record), RESUME_HINT)
+        events.add(record)
+
+    def steps(self):
+        return read_json_lines(self.path / "steps.jsonl", CheckpointError)
+
+    def keep_records_until(self, epoch, step):
+        """Drop the records of epochs after ``epoch`` and of steps after ``step`` (they are
+        being redone after a resume); the TensorBoard events start anew from those kept."""
+        self.close_events()
+        for name, kept in (("metrics.jsonl", [r for r in self.metrics() if r["epoch"] <= epoch]),
+                           ("steps.jsonl", [r for r in self.steps() if r["step"] <= step])):
+            atomic_write_text(self.path / name, "".join(json.dumps(r) + "\n" for r in kept),
+                              RESUME_HINT)
+        self.event_log()
+
+    def event_log(self):
+        """The open TensorBoard event log (`mtx.tensorboard`), started with the records kept."""
+        if self.events is None:
+            self.events = EventLog(self.path, [(r, False) for r in self.steps()]
+                                   + [(r, True) for r in self.metrics()])
+        return self.events
+
+    def close_events(self):
+        """Flush and close the TensorBoard event file (a later record opens it again)."""
+        if self.events is not None:
+            self.events.close()
+            self.events = None
 
     def write_json(self, name, obj):
         return atomic_write_json(self.path / name, obj)

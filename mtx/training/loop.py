@@ -14,6 +14,7 @@ from tqdm import tqdm
 from .. import faults
 from ..batching import bucket_batches
 from ..devices import seed_everything
+from ..schedule import inverse_sqrt_warmup
 from .checkpointing import Checkpointing
 from .control import Clock, CtrlC
 from .state import TrainState, epoch_seed, position_seed
@@ -45,11 +46,11 @@ class Fit:
         """Continue from the newest intact checkpoint (`Checkpointing.restore`); True when there
         was one."""
         state = self.checkpointing.restore()
+        if self.parallel.is_chief:  # the records of what is trained again go
+            self.run_dir.keep_records_until(*((state.epoch, state.step) if state else (0, 0)))
         if state is None:
             return False
         self.state, self.clock = state, Clock(self.train_cfg.max_minutes, state.minutes)
-        if self.parallel.is_chief:
-            self.run_dir.keep_metrics_until(state.epoch)
         return True
 
     # -- the loop ------------------------------------------------------------------------------
@@ -77,6 +78,7 @@ class Fit:
                     meter.flush()  # the only device->host reads of the loop
                     state.epoch_seconds += time.time() - tic
                     tic = time.time()
+                    self.record_steps(meter)
                     bar.set_postfix(loss=f"{state.epoch_loss:.3f}",
                                     tok_s=f"{state.epoch_job_tokens / state.epoch_seconds:.0f}")
                     if self.log_point():
@@ -88,10 +90,20 @@ class Fit:
                 stopped = False
         meter.flush()
         state.epoch_seconds += time.time() - tic
+        self.record_steps(meter)
         if state.epoch_skipped:
             log.warning("epoch %d: %d steps had a non-finite loss; their updates were skipped",
                         state.epoch + 1, state.epoch_skipped)
         return not stopped
+
+    def record_steps(self, meter):
+        """The record of the steps since the last one (steps.jsonl, TensorBoard), before this
+        point's checkpoint: a kill between the two leaves a record that the resume redoes."""
+        cfg = self.train_cfg
+        record = meter.record(inverse_sqrt_warmup(self.state.step, cfg.lr, cfg.warmup_steps),
+                              self.clock.minutes())
+        if record and self.parallel.is_chief:
+            self.run_dir.append_step(record)
 
     def log_point(self):
         """Every `log_every` batches: reseed dropout, save a resume point when one is due, and
@@ -128,6 +140,8 @@ class Fit:
             if self.parallel.is_chief:
                 self.checkpointing.interrupted(self.state.step)
             raise
+        finally:
+            self.run_dir.close_events()  # flushed whatever ends the run
 
     def check_interrupt(self):
         self.ctrl_c.check()

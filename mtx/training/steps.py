@@ -81,20 +81,27 @@ def validation_loss(pieces, batches):
 
 class LossMeter:
     """Reads the queued steps' losses from the device when asked (`flush`) into the epoch's
-    sums in ``state`` (a TrainState). Non-finite steps (skipped by the optimizer) are counted,
-    not averaged; ``max_nonfinite`` in a row stop training."""
+    sums in ``state`` (a TrainState) and those of the window since the last step record
+    (`record`). Non-finite steps (skipped by the optimizer) are counted, not averaged;
+    ``max_nonfinite`` in a row stop training. A window ends at every log point and epoch end,
+    where the resume points are: it is never part of a checkpoint's state."""
 
     def __init__(self, state, max_nonfinite):
         self.state, self.max_nonfinite, self.pending, self.nonfinite_run = state, max_nonfinite, [], 0
+        self.start_window()
 
     def add(self, nll, finite, tokens):
         self.pending.append((nll, finite, tokens))
 
     def flush(self):
         for nll, finite, tokens in self.pending:
+            self.window_steps += 1
             if float(finite):
-                self.state.epoch_nll += float(nll)
+                nll = float(nll)
+                self.state.epoch_nll += nll
                 self.state.epoch_tokens += tokens
+                self.window_nll += nll
+                self.window_tokens += tokens
                 self.nonfinite_run = 0
             else:
                 self.state.epoch_skipped += 1
@@ -104,3 +111,24 @@ class LossMeter:
             raise TrainingError(f"the loss was not finite for {self.nonfinite_run} steps in a "
                                 f"row; lower train.lr or raise train.warmup_steps (the last "
                                 f"good checkpoint is kept)")
+
+    def start_window(self):
+        self.window_steps, self.window_nll, self.window_tokens = 0, 0.0, 0
+        self.window_start = (self.state.epoch_job_tokens, self.state.epoch_seconds)
+
+    def record(self, lr, minutes):
+        """The step record of the steps flushed since the last one (None if there were none):
+        step, 1-based epoch, train/loss (mean per-token nll of its finite steps, None if none),
+        tokens (theirs, on this process: the loss's weight), train/lr (``lr``, the last step's),
+        train/tok_s (of the job), wall_minutes (``minutes``). Starts the next window."""
+        if not self.window_steps:
+            return None
+        state, (job_tokens, seconds) = self.state, self.window_start
+        loss = round(self.window_nll / self.window_tokens, 4) if self.window_tokens else None
+        record = {"step": state.step, "epoch": state.epoch + 1, "train/loss": loss,
+                  "tokens": self.window_tokens, "train/lr": lr,
+                  "train/tok_s": round((state.epoch_job_tokens - job_tokens)
+                                       / max(state.epoch_seconds - seconds, 1e-9), 1),
+                  "wall_minutes": round(minutes, 2)}
+        self.start_window()
+        return record
