@@ -151,7 +151,8 @@ class DataConfig:
 
 
 KVSTORES = ("device", "local", "dist_sync", "dist_device_sync")
-PRECISIONS = ("float32", "bfloat16", "float16")
+PRECISIONS = ("float32", "bfloat16", "float16")  # what matrix products run in
+TRAIN_PRECISIONS = PRECISIONS + ("auto",)        # auto: measured at start (`mtx.precision`)
 LOSS_SCALES = ("auto", "dynamic", "off")
 
 
@@ -184,8 +185,11 @@ class TrainConfig:
     devices: Optional[List[str]] = None
     kvstore: str = "device"
     # Matrix multiplies in float32, bfloat16 or float16 (weights, optimizer, LayerNorm, softmax
-    # and loss stay float32); bfloat16 pays off on CPUs with AVX512-BF16 (docs/performance.md),
-    # float16 is for GPUs (MXNet's float16 FullyConnected is cuDNN-only).
+    # and loss stay float32); bfloat16 pays off on some CPUs with AVX512-BF16 and not on others
+    # (docs/performance.md), float16 is for GPUs (MXNet's float16 FullyConnected is cuDNN-only).
+    # auto (conf/train/default.yaml) times bfloat16 against float32 at start and keeps the
+    # faster (`mtx.precision.choose_precision`); a resumed run keeps its first choice. Here
+    # float32, so runs built in code (tests, benchmarks) do not depend on a measurement.
     precision: str = "float32"
     # Dynamic loss scaling (on the device): auto = on for float16 only | dynamic | off.
     loss_scale: str = "auto"
@@ -196,9 +200,9 @@ class TrainConfig:
                                                 and self.precision == "float16")
 
     def __post_init__(self):
-        if self.precision not in PRECISIONS:
+        if self.precision not in TRAIN_PRECISIONS:
             raise ConfigError(f"train.precision={self.precision}: choose one of "
-                              f"{', '.join(PRECISIONS)}")
+                              f"{', '.join(TRAIN_PRECISIONS)}")
         if self.loss_scale not in LOSS_SCALES:
             raise ConfigError(f"train.loss_scale={self.loss_scale}: choose one of "
                               f"{', '.join(LOSS_SCALES)}")

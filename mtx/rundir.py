@@ -3,6 +3,7 @@
     run.json            what the weights mean: model config, language pair, tokenizer hash
     model.json          the ModelConfig (rebuilds the model), data.json the DataConfig
     config.yaml         the resolved config the run was started with
+    precision.json      the matrix-multiply precision it chose then (a resumed run keeps it)
     spm.model | toy_symbols.json     the tokenizer
     checkpoints/        the checkpoints, each one unit (`mtx.checkpoints`)
     metrics.jsonl       one record per epoch, appended
@@ -19,7 +20,7 @@ import json
 from pathlib import Path
 
 from .checkpoints import RESUME_HINT, CheckpointStore, config_digest
-from .config import DataConfig, ModelConfig
+from .config import PRECISIONS, DataConfig, ModelConfig
 from .errors import CheckpointError
 from .files import append_line, atomic_write_json, atomic_write_text, read_json, read_json_lines
 from .tensorboard import EventLog
@@ -68,6 +69,23 @@ class RunDir(CheckpointStore):
         atomic_write_json(self.path / "data.json", dataclasses.asdict(data_cfg))
         if resolved_config_yaml is not None:
             atomic_write_text(self.path / "config.yaml", resolved_config_yaml)
+
+    def record_precision(self, choice):
+        """Keep `mtx.precision.choose_precision`'s choice for the resumes of this run."""
+        atomic_write_json(self.path / "precision.json", choice)
+
+    def recorded_precision(self):
+        """The precision choice the run started with, or None. A run with checkpoints from before
+        precision.json was kept ran its config.yaml's train.precision (read before `start`
+        rewrites that file)."""
+        path = self.path / "precision.json"
+        if path.is_file():
+            return read_json(path, CheckpointError, "precision of the run")
+        if not (self.manifests() and (self.path / "config.yaml").is_file()):
+            return None
+        precision = self.train_config().get("train", {}).get("precision")
+        return ({"used": precision, "requested": precision, "reason": "config.yaml of the run"}
+                if precision in PRECISIONS else None)
 
     def model_config(self):
         values = read_json(self.path / "model.json", CheckpointError, "model config of the run")

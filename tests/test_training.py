@@ -154,9 +154,11 @@ def test_toy_task_is_learned_through_the_script(toy_run):
     trainable = sum(int(p.data().size) for p in model.collect_params().values()
                     if p.grad_req != "null")
     assert report["src_lang"] == "src" and report["parameters"] == trainable
-    assert 0 < report["train_minutes"] < 30 and report["precision"] == "float32"
+    assert 0 < report["train_minutes"] < 30 and report["precision"]["requested"] == "auto"
+    assert report["precision"]["used"] in ("float32", "bfloat16") and report["precision"]["reason"]
     assert report["native_kernels"]["native_layer_norm"] in (True, False)
     for name in ("model.json", "data.json", "run.json", "toy_symbols.json", "metrics.jsonl",
+                 "precision.json",
                  "checkpoints/best.json", "checkpoints/latest.json", "config.yaml"):
         assert (toy_run / name).is_file(), name
     epochs = [json.loads(line) for line in (toy_run / "metrics.jsonl").read_text().splitlines()]

@@ -1,16 +1,16 @@
 """The pieces of training, built once from the configs: the model on its devices, in its
 precision, hybridized; the loss; the Gluon Trainer with its KVStore; loss scales."""
+import dataclasses
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import mxnet as mx
 from mxnet import gluon
 
-from ..errors import ConfigError
 from ..loss import LabelSmoothedCrossEntropy
 from ..model import Transformer
 from ..optimizer import DynamicLossScale
-from ..precision import set_precision
+from ..precision import check_device, choose_precision, set_precision
 
 
 @dataclass
@@ -21,13 +21,15 @@ class Pieces:
     params: List            # the trainable parameters (gradients are clipped over them)
     ctxs: List              # this process's devices; ctxs[0] evaluates and translates
     loss_scales: Optional[Dict] = None  # per device, with dynamic loss scaling
+    precision: Optional[Dict] = None    # `choose_precision`'s choice: used, requested, reason
 
 
-def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore):
-    if train_cfg.precision == "float16" and any(c.device_type == "cpu" for c in ctxs):
-        raise ConfigError("train.precision=float16 needs a GPU (MXNet 1.9's float16 "
-                          "FullyConnected is cuDNN-only): on a CPU use train.precision="
-                          "bfloat16 (AVX512-BF16) or float32")
+def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None):
+    """``precision``: a choice made before (`choose_precision`, e.g. the one a resumed run
+    started with); None: chosen now from ``train_cfg.precision``."""
+    precision = precision or choose_precision(train_cfg.precision, ctxs)
+    check_device(precision["used"], ctxs)
+    train_cfg = dataclasses.replace(train_cfg, precision=precision["used"])  # loss_scale follows
     model = Transformer(model_cfg)
     model.initialize(mx.init.Xavier(), ctx=ctxs)
     set_precision(model, train_cfg.precision)
@@ -47,4 +49,4 @@ def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore):
     loss_scales = ({ctx: DynamicLossScale(ctx) for ctx in ctxs}
                    if train_cfg.dynamic_loss_scale else None)
     params = [p for p in model.collect_params().values() if p.grad_req != "null"]
-    return Pieces(model, loss_fn, trainer, params, list(ctxs), loss_scales)
+    return Pieces(model, loss_fn, trainer, params, list(ctxs), loss_scales, precision)

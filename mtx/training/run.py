@@ -12,6 +12,7 @@ from ..files import atomic_write_text
 from ..multi30k import SPLITS
 from ..parallel import DataParallel
 from ..pictures import learning_curve
+from ..precision import choose_precision
 from ..rundir import RunDir, run_identity
 from .build import build_pieces
 from .loop import Fit
@@ -84,13 +85,18 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
         quiet_log_files()
     seed_everything(seed)
     if parallel.is_chief:  # rank 0 prepares the run directory and the subword model first,
+        # and chooses the precision (a resumed run's own, read before config.yaml is rewritten)
+        precision = choose_precision(train_cfg.precision, ctxs,
+                                     run.recorded_precision() if train_cfg.resume else None)
         corpus, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, cache_dir, seed,
                                     config_yaml, True)
+        run.record_precision(precision)
     parallel.any(False)    # the others wait for it and load the cached subword model
     if not parallel.is_chief:
         corpus, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, cache_dir, seed,
                                     config_yaml, False)
-    pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore)
+        precision = choose_precision(train_cfg.precision, ctxs, run.recorded_precision())
+    pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore, precision)
     fit = Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_len), train_cfg, decode_cfg, run,
               parallel, seed)
     if train_cfg.resume and not fit.restore():
@@ -120,7 +126,7 @@ def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_min
               "data": data_cfg.name, "parameters": count_parameters(fit.model),
               "model": dataclasses.asdict(model_cfg), "train_minutes": round(train_minutes, 2),
               "steps": fit.state.step, "epochs": fit.state.epoch, "final": final,
-              "precision": train_cfg.precision, "native_kernels": kernels.status(),
+              "precision": fit.pieces.precision, "native_kernels": kernels.status(),
               "devices": [str(c) for c in fit.pieces.ctxs], "workers": fit.parallel.num_workers,
               "scores": {test_split: test_scores}}
     run.write_json("report.json", report)
