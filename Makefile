@@ -12,7 +12,7 @@ export MTX_MULTI30K_DIR ?= $(if $(wildcard ../shared/data/multi30k/SHA256SUMS),$
 # 2 threads: the machine this project is built for; override on bigger ones.
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: help install test test-quick train ablate bench clean
+.PHONY: help install data test test-quick train ablate bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -30,6 +30,9 @@ $(STAMP): pyproject.toml
 	# mtx's native CPU kernels (mtx/kernels): built with g++ now; without one, MXNet's ops are used.
 	$(PY) -c "import mtx.kernels as k; print('native kernels:', 'built' if k.load() else 'not built')"
 	touch $(STAMP)
+
+data: install  ## download and verify the Multi30k files into data/ (MTX_DATA_DIR moves it), no training
+	$(PY) scripts/download.py $(ARGS)
 
 test: install  ## the whole test suite except GPU tests: what CI runs
 	$(PY) -m pytest -m "not gpu"

@@ -5,10 +5,15 @@ sees only typed values, so an unknown key or an impossible size fails before any
 """
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import List, NamedTuple, Optional
 
 from .errors import ConfigError
 
+# The Hydra configs: the repository's conf/, which travels with the package as mtx/conf (a
+# symbolic link in the repository, copied into wheels), so every command finds it from any
+# working directory.
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 

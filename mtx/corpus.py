@@ -27,18 +27,18 @@ class Corpus:
         return [src[i] for i in keep], [tgt[i] for i in keep]
 
 
-def load_corpus(cfg: DataConfig, cache_dir, seed, tokenizer=None):
+def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
     """Text and ids of every split. Without a ``tokenizer`` (a trained run's), one is built:
     the toy task's word list, or a joint SentencePiece model of the training split."""
     if cfg.name == "toy":
         text = make_toy(cfg.task, cfg.num_symbols, cfg.min_len, cfg.max_toy_len, cfg.sizes, seed)
         tokenizer = tokenizer or WordTokenizer(toy_symbols(cfg.num_symbols))
     else:
-        text = load_multi30k(cfg.src_lang, cfg.tgt_lang, cfg.raw_dir, cache_dir)
+        text = load_multi30k(cfg.src_lang, cfg.tgt_lang, cfg.raw_dir, data_dir)
         if tokenizer is None:
             train_src, train_tgt = text["train"]
             tokenizer = SentencePieceTokenizer(train_sentencepiece(
-                train_src + train_tgt, cfg.vocab_size, Path(cache_dir) / "spm"))
+                train_src + train_tgt, cfg.vocab_size, Path(data_dir) / "spm"))
     ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
     return Corpus(text, ids, tokenizer)
 

@@ -1,4 +1,6 @@
-"""Devices: names to MXNet contexts, host batches to device arrays, and seeding."""
+"""Devices: the NumPy interface on, names to MXNet contexts, host batches to device arrays, and
+seeding."""
+import logging
 import random
 
 import mxnet as mx
@@ -8,6 +10,18 @@ from mxnet import np
 from .errors import ConfigError
 
 DEVICE_HELP = "use cpu, cpu:N, gpu, gpu:N or auto"
+
+
+def use_numpy_interface():
+    """``npx.set_np()`` (MXNet's NumPy interface, as the book uses it) without the two INFO
+    lines MXNet logs on the root logger each time it is switched on."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.WARNING)
+    try:
+        mx.npx.set_np()
+    finally:
+        root.setLevel(level)
 
 
 def resolve_device(device):

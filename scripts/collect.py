@@ -16,10 +16,10 @@ from mtx.files import atomic_write_json
 def summarize(run_dir):
     report = json.loads((run_dir / "report.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    test = next(iter(report["scores"].values()))
+    test = report["scores"]["test_2016_flickr"]
     return {"run": run_dir.name,  # in a sweep, the overrides (hydra.sweep.subdir)
             "parameters": report["parameters"], "train_minutes": report["train_minutes"],
-            "epochs": report["epochs"],
+            "epochs": report["epochs"], "steps": report["steps"],
             "train_tok_s": round(statistics.median(m["train/tok_s"] for m in metrics)),
             "valid_bleu": report["final"]["valid_bleu"] and report["final"]["valid_bleu"]["score"],
             "test_sacrebleu": test["sacrebleu"]["score"],

@@ -8,17 +8,7 @@ Prints sacreBLEU and chrF with their signatures and the tokenized-lowercased BLE
 hypotheses and a JSON of the scores into <run>/eval/ (out_dir=DIR: there instead, e.g. for a
 read-only run directory).
 """
-import hydra
-
-from mtx.commands.common import one_line_errors, run
-from mtx.commands.evaluate import evaluate
-
-
-@hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
-def main(cfg):
-    with one_line_errors():
-        evaluate(cfg)
-
+from mtx.commands.evaluate import main
 
 if __name__ == "__main__":
-    run(main)
+    main()

@@ -11,17 +11,7 @@ against random orders), pruned/ (a smaller run directory that scripts/translate.
 fine-tuned there when finetune.minutes > 0) and speed.json (full vs pruned decoding, interleaved
 in one process).
 """
-import hydra
-
-from mtx.commands.common import one_line_errors, run
-from mtx.commands.heads import study_heads
-
-
-@hydra.main(config_path="../conf", config_name="heads", version_base="1.3")
-def main(cfg):
-    with one_line_errors():
-        study_heads(cfg)
-
+from mtx.commands.heads import main
 
 if __name__ == "__main__":
-    run(main)
+    main()

@@ -50,17 +50,29 @@ def multi30k_dir():
     return path
 
 
+def run_command(name, *overrides, stdin=None, cwd, env=None, timeout=600):
+    """Run the installed command ``mtx-<name>`` (pyproject [project.scripts]) in ``cwd``."""
+    full_env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+    full_env.update(env or {})
+    return subprocess.run([str(Path(sys.executable).parent / f"mtx-{name}"), *overrides],
+                          input=stdin, capture_output=True, cwd=cwd, env=full_env,
+                          timeout=timeout)
+
+
 @pytest.fixture(scope="session")
 def toy_run(tmp_path_factory):
-    """A model trained on the toy reversal task through scripts/train.py (about a minute).
-    MTX_TEST_TOY_RUN=<dir> keeps it there between sessions (for development; CI trains anew)."""
+    """A model trained on the toy reversal task by the command ``mtx-train``, run from a
+    directory outside the checkout (about a minute). MTX_TEST_TOY_RUN=<dir> keeps it there
+    between sessions (for development; CI trains anew)."""
     keep = os.environ.get("MTX_TEST_TOY_RUN")
     if keep and (Path(keep) / "report.json").is_file():
         return Path(keep)
     run_dir = Path(keep) if keep else tmp_path_factory.mktemp("toy") / "run"
-    done = run_script("train", "experiment=toy", f"hydra.run.dir={run_dir}",
-                      env={"MTX_CACHE": str(run_dir.parent / "cache")})
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    done = run_command("train", "experiment=toy", f"hydra.run.dir={run_dir}", cwd=elsewhere,
+                       env={"MTX_DATA_DIR": str(run_dir.parent / "data")})
     assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert not any(elsewhere.iterdir()), "mtx-train wrote into its working directory"
     return run_dir
 
 

@@ -78,7 +78,7 @@ def test_results_table_has_one_row_per_impl_and_scalar_columns():
 def test_train_measurement_on_the_toy_task(tmp_path, monkeypatch, capsys):
     """`train --impl mtx` with tiny settings writes the report it is told to, and nothing else."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MTX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MTX_DATA_DIR", str(tmp_path / "cache"))
     out = tmp_path / "out" / "train.json"
     main(["train", "--impl", "mtx", "--model", "tiny", "--data", "toy", "--seconds", "0.5",
           "--warmup-steps", "2", "--out", str(out)])

@@ -27,7 +27,8 @@ def test_real_multi30k_counts(multi30k_dir, tmp_path):
 def _copy_multi30k(src_dir, dst_dir):
     dst_dir.mkdir()
     for name in multi30k.MULTI30K_SHA256:
-        shutil.copy(src_dir / name, dst_dir / name)
+        if (src_dir / name).is_file():
+            shutil.copy(src_dir / name, dst_dir / name)
     return dst_dir
 
 
@@ -60,7 +61,8 @@ def test_download_goes_through_checksum_into_cache(multi30k_dir, monkeypatch, tm
     splits = load_multi30k("en", "fr", None, tmp_path)
     assert len(splits["train"][0]) == 29000
     assert sorted(p.name for p in (tmp_path / "multi30k").iterdir()) == sorted(
-        n for n in multi30k.MULTI30K_SHA256 if n.split(".")[1] in ("en", "fr"))
+        n for n in multi30k.MULTI30K_SHA256
+        if n.split(".")[1] in ("en", "fr") and n.split(".")[0] in multi30k.SPLITS)
 
 
 @pytest.mark.parametrize("src_text, tgt_text, message", [
@@ -132,3 +134,89 @@ def test_toy_task_reverses():
     for src, tgt in zip(*splits["train"]):
         assert tgt.split() == src.split()[::-1]
     assert toy.make_toy("reverse", 10, 2, 5, [50, 5, 5], seed=0) == splits
+
+
+# -- the later test sets: registry, lookup order, download, the final report -------------------
+LATER = ("test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
+
+
+def _make_test_set(folder, split, langs, monkeypatch, lines=("a b", "c d")):
+    """Small gzipped files standing in for a Multi30k test set, their sums patched into the
+    registry (the real ones cannot be downloaded here)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for lang in langs:
+        path = folder / f"{split}.{lang}.gz"
+        path.write_bytes(gzip.compress("".join(f"{lang} {line}\n" for line in lines).encode(),
+                                       mtime=0))
+        monkeypatch.setitem(multi30k.MULTI30K_SHA256, path.name, multi30k.sha256_of(path))
+
+
+def test_registry_knows_every_standard_test_set():
+    for split in multi30k.ALL_SPLITS:
+        for lang in multi30k.MULTI30K_LANGS:
+            assert len(multi30k.MULTI30K_SHA256[f"{split}.{lang}.gz"]) == 64
+    assert multi30k.TEST_SETS[1:] == LATER and len(multi30k.MULTI30K_SHA256) == 18
+
+
+def test_a_test_set_with_a_wrong_checksum_is_rejected(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    _make_test_set(data / "multi30k", "test_2017_flickr", ("en", "de"), monkeypatch)
+    src, tgt = multi30k.load_split("test_2017_flickr", "en", "de", None, data)
+    assert src == ["en a b", "en c d"] and tgt == ["de a b", "de c d"]
+    with gzip.open(data / "multi30k" / "test_2017_flickr.de.gz", "wt") as f:
+        f.write("de a b\nde c e\n")  # one word changed
+    with pytest.raises(DataError, match=r"test_2017_flickr\.de\.gz has SHA256 .* corrupted"):
+        multi30k.load_split("test_2017_flickr", "en", "de", None, data)
+
+
+def test_later_test_sets_come_from_raw_dir_then_data_dir_then_download(
+        multi30k_dir, tmp_path, monkeypatch):
+    raw, data, mirror = tmp_path / "raw", tmp_path / "data", tmp_path / "mirror"
+    _make_test_set(raw, "test_2017_flickr", ("en", "de"), monkeypatch, lines=("raw",))
+    _make_test_set(data / "multi30k", "test_2017_mscoco", ("en", "de"), monkeypatch,
+                   lines=("cached",))
+    _make_test_set(mirror, "test_2018_flickr", ("en", "de"), monkeypatch, lines=("mirror",))
+    monkeypatch.setattr(multi30k, "MULTI30K_URL", mirror.as_uri() + "/")
+    assert multi30k.load_split("test_2017_flickr", "en", "de", raw, data)[0] == ["en raw"]
+    assert multi30k.load_split("test_2017_mscoco", "en", "de", raw, data)[0] == ["en cached"]
+    with pytest.raises(DataError, match=r"test_2018_flickr\.en\.gz is not in data\.raw_dir=.* "
+                                        r"nor .*; `make data` downloads it"):
+        multi30k.load_split("test_2018_flickr", "en", "de", raw, data, download=False)
+    assert multi30k.load_split("test_2018_flickr", "en", "de", raw, data)[1] == ["de mirror"]
+    assert (data / "multi30k" / "test_2018_flickr.de.gz").is_file()  # downloaded there
+    with pytest.raises(DataError, match="split=test_2019: Multi30k task 1 has train, val, "):
+        multi30k.load_split("test_2019", "en", "de", raw, data)
+
+
+def test_fetch_all_verifies_the_corpus_and_reports_what_it_could_not_get(
+        multi30k_dir, tmp_path, monkeypatch):
+    _make_test_set(tmp_path / "mirror", "test_2017_flickr", multi30k.MULTI30K_LANGS, monkeypatch)
+    monkeypatch.setattr(multi30k, "MULTI30K_URL", (tmp_path / "mirror").as_uri() + "/")
+    results = multi30k.fetch_all(str(multi30k_dir), tmp_path / "data")
+    got = {name: (path, problem) for name, path, problem in results}
+    assert len(got) == 18
+    assert all(got[f"{s}.{lang}.gz"][0].parent == multi30k_dir
+               for s in multi30k.SPLITS for lang in multi30k.MULTI30K_LANGS)
+    assert all(got[f"test_2017_flickr.{lang}.gz"][0].parent == tmp_path / "data" / "multi30k"
+               for lang in multi30k.MULTI30K_LANGS)
+    missing = [n for n, (path, problem) in got.items() if path is None]
+    assert sorted(missing) == sorted(f"{s}.{lang}.gz" for s in LATER[1:]
+                                     for lang in multi30k.MULTI30K_LANGS)
+    assert all("cannot download" in got[n][1] for n in missing)
+
+
+def test_the_final_report_scores_every_available_test_set(multi30k_dir, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+    from mtx.config import DataConfig
+    from mtx.training.run import test_sets
+    raw = _copy_multi30k(multi30k_dir, tmp_path / "raw")
+    _make_test_set(raw, "test_2017_flickr", ("en", "de"), monkeypatch)
+    monkeypatch.setattr(multi30k, "MULTI30K_URL", "http://127.0.0.1:9/")  # never reached
+    corpus = SimpleNamespace(text={"test_2016_flickr": (["x"], ["y"])})
+    sets = test_sets(corpus, DataConfig(raw_dir=str(raw)), tmp_path / "data")
+    assert [name for name, _, _ in sets] == list(multi30k.TEST_SETS)
+    assert sets[0][1] == (["x"], ["y"]) and sets[1][1] == (["en a b", "en c d"], ["de a b", "de c d"])
+    for name, text, skipped in sets[2:]:
+        assert text is None and f"{name}.en.gz is not in data.raw_dir=" in skipped
+    toy = test_sets(corpus, DataConfig(name="toy"), tmp_path / "data")
+    assert [name for name, _, _ in toy] == ["test_2016_flickr"]

@@ -74,7 +74,7 @@ def test_two_cpu_contexts_train_like_one_with_the_same_total_batch(tmp_path):
 @pytest.mark.slow
 def test_train_script_runs_on_two_devices_end_to_end(tmp_path):
     done = run_script("train", "experiment=smoke", "train.devices=[cpu:0,cpu:1]",
-                      f"hydra.run.dir={tmp_path / 'run'}", f"paths.cache_dir={tmp_path / 'cache'}",
+                      f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'cache'}",
                       "data.sizes=[600,30,30]")
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     report = json.loads((tmp_path / "run" / "report.json").read_text())
@@ -95,7 +95,7 @@ def test_local_cluster_trains_the_same_parameters_on_different_shards(tmp_path):
                "-n", "2", "-s", "1",
                sys.executable, str(ROOT / "scripts" / "train.py"), "experiment=smoke",
                "train.kvstore=dist_sync", f"hydra.run.dir={run_dir}",
-               f"paths.cache_dir={tmp_path / 'cache'}", "data.sizes=[1000,50,50]"]
+               f"paths.data_dir={tmp_path / 'cache'}", "data.sizes=[1000,50,50]"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)

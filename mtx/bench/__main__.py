@@ -53,13 +53,13 @@ def impl_names(text, known):
 
 def measure(kind, args, name):
     """One measurement of ``kind`` of implementation ``name`` in this process -> its report."""
-    from mxnet import npx
+    from ..devices import use_numpy_interface
     from .machine import describe
     from .peers import PEER_PACKAGES, installed
     if not installed(name):
         raise ConfigError(f"--impl {name}: not installed; pip install {PEER_PACKAGES[name]}")
     if name != "gluonnlp":  # gluonnlp 0.10 runs on the legacy ndarray API
-        npx.set_np()
+        use_numpy_interface()
     if kind == "translate":
         result, model_cfg = workers.measure_translate(args.run, args.beam, args.max_sentences)
     elif kind == "train":
@@ -123,10 +123,10 @@ def run_translate(args):
 
 
 def run_compare_runs(args):
-    from mxnet import npx
+    from ..devices import use_numpy_interface
     from . import tables
     from .machine import describe
-    npx.set_np()
+    use_numpy_interface()
     results = workers.compare_runs(args.run_dirs, args.data, args.steps, args.rounds)
     return {"machine": describe(), "compare_runs": results}, tables.compare_runs_table(results)
 
@@ -177,7 +177,7 @@ def add_impl(parser, default=None):
 
 def build_parser():
     common, config, training, decoding = option_groups()
-    ap = argparse.ArgumentParser(prog="python -m mtx.bench", description=__doc__,
+    ap = argparse.ArgumentParser(prog="mtx-bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("all", parents=[common, config, training, decoding],

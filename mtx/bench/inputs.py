@@ -2,15 +2,14 @@
 the training batches and the decoding batches. Every implementation gets the same ones."""
 import dataclasses
 import os
-from pathlib import Path
 
 import numpy as onp
 from omegaconf import OmegaConf
 
-from ..config import DataConfig, ModelConfig, from_dict
+from ..config import CONF_DIR, DataConfig, ModelConfig, from_dict
+from ..datadir import data_dir
 from ..errors import ConfigError
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 DEFAULT_MODEL = "small"            # conf/model/small.yaml
 DEFAULT_DATA = "multi30k_en_de"    # conf/data/multi30k_en_de.yaml
 CORPUS_SEED = 1                    # toy data and the training batches' shuffle
@@ -44,16 +43,10 @@ def data_config(name):
     return from_dict(DataConfig, values, "data")
 
 
-def cache_dir():
-    """Where the SentencePiece model and the downloaded data are cached: MTX_CACHE, else
-    ``.cache`` in the working directory."""
-    return Path(os.environ.get("MTX_CACHE", ".cache"))
-
-
 def load_corpus(data_cfg):
     """The corpus of ``data_cfg`` with a tokenizer built on its training split."""
     from ..corpus import load_corpus as load
-    return load(data_cfg, cache_dir(), seed=CORPUS_SEED)
+    return load(data_cfg, data_dir(), seed=CORPUS_SEED)
 
 
 def load(model_name, data_name):
@@ -95,7 +88,7 @@ def test_text(data_cfg, max_sentences=None):
                         data_cfg.max_toy_len, data_cfg.sizes, CORPUS_SEED)
     else:
         raw_dir = os.environ.get("MTX_MULTI30K_DIR") or data_cfg.raw_dir
-        text = load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, raw_dir, cache_dir())
+        text = load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, raw_dir, data_dir())
     src, ref = text[DECODE_SPLIT]
     return src[:max_sentences], ref[:max_sentences]
 

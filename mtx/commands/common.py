@@ -1,8 +1,10 @@
-"""What the commands share: one-line errors and exit codes, typed configs from Hydra's
-DictConfig, checks of the files a command reads and writes, and the decoding setup.
+"""What the commands share: their entry points, one-line errors and exit codes, typed configs
+from Hydra's DictConfig, checks of the files a command reads and writes, and the decoding setup.
 
-A script is ``run(main)`` around a ``@hydra.main`` function whose body is ``with
-one_line_errors(): <command>(cfg)``. Whatever goes wrong, the terminal gets one line:
+A command is `hydra_command` around a function of the composed config: ``mtx-<name>`` (pyproject
+[project.scripts]) and ``scripts/<name>.py`` both call the entry point it returns, from any
+working directory (the configs travel with the package: ``mtx/conf`` is the repository's
+``conf/``). Whatever goes wrong, the terminal gets one line:
 
 - a user error (`mtx.errors.MtxError`; a missing, unreadable or unwritable file; a bad override,
   an unknown key, a missing ``???`` value): ``error: <what and how to fix>``, exit 2;
@@ -24,7 +26,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from ..config import DataConfig, DecodeConfig, ModelConfig, TrainConfig, from_dict
+from ..config import CONF_DIR, DataConfig, DecodeConfig, ModelConfig, TrainConfig, from_dict
+from ..datadir import register_resolver
 from ..errors import BUG, INTERRUPTED, USER_ERROR, DataError, FileWriteError, MtxError
 
 log = logging.getLogger("mtx")
@@ -145,6 +148,23 @@ def run(main):
     a missing config option) are one line too: HYDRA_FULL_ERROR=1 makes Hydra raise them."""
     with one_line_errors():
         return main()
+
+
+def hydra_command(config_name, command):
+    """The entry point of a command: ``command(cfg)`` with conf/<config_name>.yaml and the
+    command line's overrides, every error one line (module docstring); returns its result."""
+    import hydra
+    register_resolver()
+
+    @hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")
+    def main(cfg):
+        with one_line_errors():
+            return command(cfg)
+
+    def entry():
+        return run(main)
+    entry.__doc__ = command.__doc__
+    return entry
 
 
 def typed(cfg, section):

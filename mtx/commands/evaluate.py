@@ -3,14 +3,14 @@ score it; sacreBLEU, chrF and tokenized-lowercased BLEU to stdout, hypotheses an
 scores into <run>/eval/ (or out_dir=)."""
 from pathlib import Path
 
-from mxnet import npx
 
+from ..devices import use_numpy_interface
 from ..errors import DataError
 from ..evaluation import translate_and_score
 from ..files import atomic_write_json, atomic_write_text
 from ..lines import read_parallel
-from ..multi30k import load_multi30k
-from .common import decoding_setup, writable_out_dir
+from ..multi30k import load_split
+from .common import decoding_setup, hydra_command, writable_out_dir
 
 
 def read_files(cfg):
@@ -23,19 +23,18 @@ def read_files(cfg):
 
 
 def read_split(cfg, data_cfg):
-    """(name, source lines, reference lines) of split= of the run's Multi30k language pair."""
+    """(name, source lines, reference lines) of split= of the run's Multi30k language pair
+    (downloaded into the data directory when it is not in raw_dir=)."""
     if data_cfg is None or data_cfg.name != "multi30k":
         raise DataError(f"{cfg.ckpt} was not trained on Multi30k: pass source= and reference=")
-    splits = load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, cfg.raw_dir, cfg.cache_dir)
-    if cfg.split not in splits:
-        raise DataError(f"split={cfg.split}: choose one of {', '.join(splits)}")
-    return (cfg.split, *splits[cfg.split])
+    return (cfg.split, *load_split(cfg.split, data_cfg.src_lang, data_cfg.tgt_lang, cfg.raw_dir,
+                                   cfg.data_dir))
 
 
 def evaluate(cfg):
     """Score the run ``cfg.ckpt`` on ``cfg.split`` or on ``cfg.source``/``cfg.reference``;
     returns the scores."""
-    npx.set_np()
+    use_numpy_interface()
     texts = read_files(cfg)  # bad files and an unwritable output fail before the model loads
     out_dir = writable_out_dir(cfg, "eval")
     decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
@@ -51,3 +50,7 @@ def evaluate(cfg):
     print(f"{len(sources)} sentences in {scores['decode_seconds']:.1f} s "
           f"({scores['sentences_per_second']} sentences/s); hypotheses: {out_dir / stem}.hyp")
     return scores
+
+
+# mtx-evaluate and scripts/evaluate.py
+main = hydra_command("evaluate", evaluate)

@@ -8,11 +8,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as onp
-from mxnet import npx
 
 from .. import heads
 from ..corpus import load_corpus
-from ..devices import resolve_device
+from ..devices import resolve_device, use_numpy_interface
 from ..errors import ConfigError
 from ..files import atomic_write_json
 from ..head_study import (GatedScorer, choose_pruning, compare_speed, curves,
@@ -20,7 +19,7 @@ from ..head_study import (GatedScorer, choose_pruning, compare_speed, curves,
 from ..pictures import importance_heatmaps, pruning_plot
 from ..rundir import RunDir, load_run
 from ..training import continue_training
-from .common import typed, writable_out_dir
+from .common import hydra_command, typed, writable_out_dir
 
 
 def removal_orders(cfg, model, scores, src_ids, tgt_ids, ctx):
@@ -66,7 +65,7 @@ def setup(cfg):
         max_minutes=cfg.finetune.minutes, resume=False, devices=None, kvstore="device"
     ) if cfg.finetune.minutes else None
     to_remove = heads_to_remove(cfg, model.cfg)
-    corpus = load_corpus(data_cfg, cfg.cache_dir, run_cfg.seed, tokenizer)
+    corpus = load_corpus(data_cfg, cfg.data_dir, run_cfg.seed, tokenizer)
     model.hybridize(static_alloc=True)
     return SimpleNamespace(ctx=ctx, run_dir=run_dir, out=out, model=model, tokenizer=tokenizer,
                            data_cfg=data_cfg, corpus=corpus, seed=run_cfg.seed,
@@ -124,8 +123,12 @@ def prune_and_time(cfg, s, shape, orders, points):
 
 def study_heads(cfg):
     """The whole study of the run ``cfg.ckpt``; returns speed.json's dict."""
-    npx.set_np()
+    use_numpy_interface()
     s = setup(cfg)
     speed = prune_and_time(cfg, s, *score_heads(cfg, s))
     print(json.dumps({k: speed[k] for k in ("removed_heads", "speedup")}))
     return speed
+
+
+# mtx-heads and scripts/heads.py
+main = hydra_command("heads", study_heads)

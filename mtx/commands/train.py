@@ -4,11 +4,10 @@ metrics.jsonl and report.json."""
 import json
 import logging
 
-from mxnet import npx
 
 from .. import training
-from ..devices import resolve_device
-from .common import typed
+from ..devices import resolve_device, use_numpy_interface
+from .common import hydra_command, typed
 
 log = logging.getLogger("mtx")
 
@@ -18,22 +17,27 @@ def train(cfg):
     None on cluster workers other than rank 0, and without a validation score)."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
-    npx.set_np()
+    use_numpy_interface()
     model_cfg, data_cfg = typed(cfg, "model"), typed(cfg, "data")
     train_cfg, decode_cfg = typed(cfg, "train"), typed(cfg, "decode")
     for device in train_cfg.devices or [cfg.device]:
         resolve_device(device)  # a missing GPU is a config error before any work
     run_dir = HydraConfig.get().runtime.output_dir
     report = training.train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir,
-                            cfg.paths.cache_dir, seed=cfg.seed, device=cfg.device,
+                            cfg.paths.data_dir, seed=cfg.seed, device=cfg.device,
                             config_yaml=OmegaConf.to_yaml(cfg, resolve=True))
     if report is None:  # a worker other than rank 0: rank 0 reports
         return None
-    for split, scores in report["scores"].items():
+    scored = {name: scores for name, scores in report["scores"].items() if "skipped" not in scores}
+    for split, scores in scored.items():
         for name in ("sacrebleu", "bleu_tok_lc", "chrf"):
             log.info("%s %s = %.2f  %s", split, name, scores[name]["score"],
                      scores[name]["signature"])
     log.info("run directory: %s", run_dir)
-    print(json.dumps({k: report["scores"][k]["sacrebleu"] for k in report["scores"]}))
+    print(json.dumps({name: scores["sacrebleu"] for name, scores in scored.items()}))
     valid = report["final"]["valid_bleu"]
     return valid["score"] if valid else None
+
+
+# mtx-train and scripts/train.py
+main = hydra_command("train", train)

@@ -3,12 +3,11 @@ input order (decode.nbest=N>1: N lines ``LINE<TAB>RANK<TAB>SCORE<TAB>TEXT`` per 
 import os
 import sys
 
-from mxnet import npx
-
+from ..devices import use_numpy_interface
 from ..errors import ConfigError, FileWriteError
 from ..lines import file_chunks, stream_chunks
 from ..search import Translator
-from .common import decoding_setup, readable_file, writable_file
+from .common import decoding_setup, hydra_command, readable_file, writable_file
 
 
 def format_nbest(number, nbest):
@@ -51,7 +50,7 @@ def attention_png(cfg, model, tokenizer, ctx):
 
 def translate(cfg):
     """Translate ``cfg.input`` (or stdin) into ``cfg.output`` (or stdout)."""
-    npx.set_np()
+    use_numpy_interface()
     check_paths(cfg)
     decode_cfg, ctx, model, tokenizer, _ = decoding_setup(cfg)
     translator = Translator(model, tokenizer, decode_cfg, ctx)
@@ -70,3 +69,7 @@ def translate(cfg):
     finally:
         if out is not sys.stdout:
             out.close()
+
+
+# mtx-translate and scripts/translate.py
+main = hydra_command("translate", translate)

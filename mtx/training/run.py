@@ -6,10 +6,10 @@ import logging
 from .. import faults, kernels
 from ..corpus import load_corpus, load_tokenizer, save_tokenizer, tokenizer_sha256
 from ..devices import resolve_device, seed_everything
-from ..errors import CheckpointError
+from ..errors import CheckpointError, DataError
 from ..evaluation import translate_and_score
 from ..files import atomic_write_text
-from ..multi30k import SPLITS
+from ..multi30k import TEST_SETS, TEST_SPLIT, load_split
 from ..parallel import DataParallel
 from ..pictures import learning_curve
 from ..precision import choose_precision
@@ -54,7 +54,7 @@ def quiet_log_files():
         handler.close()
 
 
-def prepare(run, data_cfg, model_cfg, train_cfg, cache_dir, seed, config_yaml, is_chief):
+def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is_chief):
     """The corpus and the model config with its vocabulary size. A resumed run uses its own
     tokenizer and is checked against the run directory before anything in it is written."""
     resuming = train_cfg.resume and any((run.path / n).is_file()
@@ -62,7 +62,7 @@ def prepare(run, data_cfg, model_cfg, train_cfg, cache_dir, seed, config_yaml, i
     if not train_cfg.resume and run.manifests():
         raise CheckpointError(f"{run.path} already holds a run; continue it with "
                               f"train.resume=true or choose a new hydra.run.dir")
-    corpus = load_corpus(data_cfg, cache_dir, seed, load_tokenizer(run.path) if resuming else None)
+    corpus = load_corpus(data_cfg, data_dir, seed, load_tokenizer(run.path) if resuming else None)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
     if train_cfg.resume:
@@ -73,7 +73,7 @@ def prepare(run, data_cfg, model_cfg, train_cfg, cache_dir, seed, config_yaml, i
     return corpus, model_cfg
 
 
-def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1, device="cpu",
+def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1, device="cpu",
           config_yaml=None):
     """Train, pick the final checkpoint, translate the test split; returns report.json's dict
     (None on workers other than rank 0, which only train). ``config_yaml``: the resolved config
@@ -88,12 +88,12 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
         # and chooses the precision (a resumed run's own, read before config.yaml is rewritten)
         precision = choose_precision(train_cfg.precision, ctxs,
                                      run.recorded_precision() if train_cfg.resume else None)
-        corpus, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, cache_dir, seed,
+        corpus, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed,
                                     config_yaml, True)
         run.record_precision(precision)
     parallel.any(False)    # the others wait for it and load the cached subword model
     if not parallel.is_chief:
-        corpus, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, cache_dir, seed,
+        corpus, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed,
                                     config_yaml, False)
         precision = choose_precision(train_cfg.precision, ctxs, run.recorded_precision())
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore, precision)
@@ -109,26 +109,51 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, cache_dir, seed=1
              "digest %s", parallel.rank, parallel.num_workers, *fit_digests(fit))
     if not parallel.is_chief:
         return None
-    return final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes)
+    return final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes,
+                        data_dir)
 
 
-def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes):
+def test_sets(corpus, data_cfg, data_dir):
+    """[(name, (sources, references) or None, why it is skipped or None)]: the corpus's test split,
+    and for Multi30k every later test set that is available (in data.raw_dir or the data
+    directory; downloaded when there is no local copy)."""
+    sets = [(TEST_SPLIT, corpus.text[TEST_SPLIT], None)]
+    if data_cfg.name != "multi30k":
+        return sets
+    for name in TEST_SETS[1:]:
+        try:
+            text = load_split(name, data_cfg.src_lang, data_cfg.tgt_lang, data_cfg.raw_dir,
+                              data_dir, download=not data_cfg.raw_dir)
+            sets.append((name, text, None))
+        except DataError as err:
+            sets.append((name, None, str(err)))
+    return sets
+
+
+def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes, data_dir):
+    """Choose the final checkpoint, translate every available test set (hypotheses into the run
+    directory) and write report.json: ``scores`` has one entry per test set, ``{"skipped":
+    reason}`` for those that are not available."""
     final = choose_final(fit)
-    test_split = SPLITS[-1]
-    sources, references = fit.corpus.text[test_split]
     faults.point("final_translation")
-    hypotheses, test_scores = translate_and_score(fit.model, fit.corpus.tokenizer, decode_cfg,
-                                                  fit.pieces.ctxs[0], sources, references,
-                                                  data_cfg.tgt_lang)
-    atomic_write_text(run.path / f"{test_split}.hyp.{data_cfg.tgt_lang}",
-                      "\n".join(hypotheses) + "\n")
+    scores = {}
+    for name, text, skipped in test_sets(fit.corpus, data_cfg, data_dir):
+        if text is None:
+            log.info("%s skipped: %s", name, skipped)
+            scores[name] = {"skipped": skipped}
+            continue
+        hypotheses, scores[name] = translate_and_score(
+            fit.model, fit.corpus.tokenizer, decode_cfg, fit.pieces.ctxs[0], *text,
+            data_cfg.tgt_lang)
+        atomic_write_text(run.path / f"{name}.hyp.{data_cfg.tgt_lang}",
+                          "\n".join(hypotheses) + "\n")
     report = {"src_lang": data_cfg.src_lang, "tgt_lang": data_cfg.tgt_lang,
               "data": data_cfg.name, "parameters": count_parameters(fit.model),
               "model": dataclasses.asdict(model_cfg), "train_minutes": round(train_minutes, 2),
               "steps": fit.state.step, "epochs": fit.state.epoch, "final": final,
               "precision": fit.pieces.precision, "native_kernels": kernels.status(),
               "devices": [str(c) for c in fit.pieces.ctxs], "workers": fit.parallel.num_workers,
-              "scores": {test_split: test_scores}}
+              "scores": scores}
     run.write_json("report.json", report)
     if run.metrics():
         learning_curve(run.path / "metrics.jsonl", run.path / "learning_curve.png")
