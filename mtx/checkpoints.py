@@ -1,7 +1,8 @@
 """A run's checkpoints (its ``checkpoints/`` folder): content-addressed data files and the
 manifests that make each checkpoint one unit.
 
-Files: ``params-<sha>.params`` and ``states-<sha>.states`` (never overwritten) and
+Files: ``params-<sha>.params``, ``states-<sha>.states`` and, with a moving average of the
+weights (train.ema_decay), ``ema-<sha>.params`` (never overwritten) and
 ``<name>.json``, a manifest naming the files of checkpoint ``<name>`` (latest, epoch_NNN, best,
 average, interrupted) with their SHA-256, the model config digest and the training state. The
 data files are written first and the manifest last, atomically: a crash or a full disk between
@@ -53,14 +54,17 @@ class CheckpointStore:
         fsync_dir(self.checkpoints)
         return name, digest
 
-    def save(self, name, model, trainer=None, state=None, **meta):
-        """Checkpoint ``name``: parameters (+ optimizer state and training state when given),
-        then the manifest. Returns the manifest."""
+    def save(self, name, model, trainer=None, state=None, ema=None, **meta):
+        """Checkpoint ``name``: parameters (+ optimizer state, training state and the moving
+        average of the weights when given), then the manifest. Returns the manifest."""
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         files, sha = {}, {}
         files["params"], sha["params"] = self._store("params", ".params", model.save_parameters)
         if trainer is not None:
             files["states"], sha["states"] = self._store("states", ".states", trainer.save_states)
+        if ema is not None:
+            with ema.applied():
+                files["ema"], sha["ema"] = self._store("ema", ".params", model.save_parameters)
         faults.point("checkpoint")
         manifest = dict(meta, format=2, files=files, sha256=sha,
                         state=None if state is None else dataclasses.asdict(state),
@@ -100,12 +104,20 @@ class CheckpointStore:
         manifest["paths"] = files
         return manifest
 
-    def load(self, manifest, model, ctxs, trainer=None):
-        """Load a verified manifest's parameters (and optimizer state) into ``model``."""
+    def load(self, manifest, model, ctxs, trainer=None, ema=None):
+        """Load a verified manifest into ``model``: to resume (``trainer`` given), its parameters,
+        optimizer state and moving average (into ``ema``); to translate (no ``trainer``), the
+        weights it is used with: the moving average when it has one, else its parameters."""
+        paths = manifest["paths"]
         try:
-            model.load_parameters(str(manifest["paths"]["params"]), ctx=ctxs)
-            if trainer is not None:
-                trainer.load_states(str(manifest["paths"]["states"]))
+            if trainer is None:
+                model.load_parameters(str(paths.get("ema", paths["params"])), ctx=ctxs)
+                return
+            model.load_parameters(str(paths["params"]), ctx=ctxs)
+            trainer.load_states(str(paths["states"]))
+            if ema is not None and "ema" in paths:
+                with ema.applied():
+                    model.load_parameters(str(paths["ema"]), ctx=ctxs)
         except (mx.MXNetError, AssertionError, KeyError, OSError) as err:
             raise CheckpointError(f"{manifest['paths'].get('params')}: cannot be loaded into "
                                   f"the run's model ({str(err).splitlines()[0]})") from None

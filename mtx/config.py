@@ -179,6 +179,8 @@ class TrainConfig:
     save_every_minutes: float = 5.0  # also checkpoint inside an epoch this often (resume point)
     keep_last: int = 5              # epoch checkpoints kept
     average_last: int = 5           # average this many last checkpoints at the end; 0/1 = off
+    ema_decay: float = 0.0          # > 0: keep an exponential moving average of the weights
+                                    # (mtx/training/ema.py) and validate, choose and translate it
     log_every: int = 50             # steps between progress/metric reads from the device; the
                                     # mid-epoch checkpoints and dropout reseeding happen there too
     eval_bleu: bool = True          # val BLEU (greedy) each epoch
@@ -221,6 +223,9 @@ class TrainConfig:
             raise ConfigError("train.log_every must be >= 1 and train.save_every_minutes >= 0")
         if self.lr <= 0 or self.warmup_steps < 1:
             raise ConfigError("train.lr must be > 0 and train.warmup_steps >= 1")
+        if not 0 <= self.ema_decay < 1:
+            raise ConfigError(f"train.ema_decay={self.ema_decay}: 0 (off) or a decay in (0, 1), "
+                              f"e.g. 0.999")
 
 
 @dataclass(frozen=True)

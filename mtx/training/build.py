@@ -1,5 +1,6 @@
 """The pieces of training, built once from the configs: the model on its devices, in its
-precision, hybridized; the loss; the Gluon Trainer with its KVStore; loss scales."""
+precision, hybridized; the loss; the Gluon Trainer with its KVStore; loss scales; the moving
+average of the weights."""
 import dataclasses
 from dataclasses import dataclass
 from typing import Dict, List, Optional
@@ -11,6 +12,7 @@ from ..loss import LabelSmoothedCrossEntropy
 from ..model import Transformer
 from ..optimizer import DynamicLossScale
 from ..precision import check_device, choose_precision, set_precision
+from .ema import WeightAverage
 
 
 @dataclass
@@ -22,6 +24,7 @@ class Pieces:
     ctxs: List              # this process's devices; ctxs[0] evaluates and translates
     loss_scales: Optional[Dict] = None  # per device, with dynamic loss scaling
     precision: Optional[Dict] = None    # `choose_precision`'s choice: used, requested, reason
+    ema: Optional[WeightAverage] = None  # with train.ema_decay > 0
 
 
 def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None):
@@ -49,4 +52,5 @@ def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None):
     loss_scales = ({ctx: DynamicLossScale(ctx) for ctx in ctxs}
                    if train_cfg.dynamic_loss_scale else None)
     params = [p for p in model.collect_params().values() if p.grad_req != "null"]
-    return Pieces(model, loss_fn, trainer, params, list(ctxs), loss_scales, precision)
+    ema = WeightAverage(params, ctxs[0], train_cfg.ema_decay) if train_cfg.ema_decay else None
+    return Pieces(model, loss_fn, trainer, params, list(ctxs), loss_scales, precision, ema)

@@ -24,7 +24,8 @@ class Checkpointing:
     def resume_point(self, state):
         """Parameters, optimizer state and ``state`` as checkpoint `latest`; its manifest."""
         self.last_save = time.time()
-        return self.run.save("latest", self.pieces.model, self.pieces.trainer, state)
+        return self.run.save("latest", self.pieces.model, self.pieces.trainer, state,
+                             ema=self.pieces.ema)
 
     def epoch_end(self, state, valid, improved):
         """The resume point of a finished epoch, also kept as `epoch_NNN` (and `best` when it
@@ -48,7 +49,7 @@ class Checkpointing:
 
     def interrupted(self, step):
         """The model at Ctrl-C, as checkpoint `interrupted` (not a resume point)."""
-        self.run.save("interrupted", self.pieces.model, step=step)
+        self.run.save("interrupted", self.pieces.model, ema=self.pieces.ema, step=step)
         log.warning("interrupted at step %d: the model is checkpoint 'interrupted'; "
                     "train.resume=true hydra.run.dir=%s continues from the last resume point",
                     step, self.run.path)
@@ -62,7 +63,8 @@ class Checkpointing:
             try:
                 manifest = self.run.verify(name, model.cfg)
                 state = TrainState.from_dict(manifest["state"])
-                self.run.load(manifest, model, self.pieces.ctxs, self.pieces.trainer)
+                self.run.load(manifest, model, self.pieces.ctxs, self.pieces.trainer,
+                              self.pieces.ema)
             except CheckpointError as err:
                 if name != "latest" or (self.run.checkpoints / "latest.json").exists():
                     log.warning("skipping %s: %s", name, err)

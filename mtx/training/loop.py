@@ -5,6 +5,7 @@ Determinism: epoch e's batch order comes from `epoch_seed`, and dropout is resee
 point (`position_seed`); mid-epoch checkpoints are written only at log points, so a run resumed
 from any checkpoint reaches the parameters of the uninterrupted run (CPU, fixed seed).
 """
+import contextlib
 import logging
 import time
 
@@ -118,9 +119,11 @@ class Fit:
         return evaluate(self.pieces, self.corpus, split, self.train_cfg, self.decode_cfg)
 
     def end_of_epoch(self):
-        """Validate, record the epoch, and checkpoint it (the resume point, the epoch, best)."""
-        state = self.state
-        val_loss, bleu = self.evaluate("val")
+        """Validate (the moving average of the weights, with train.ema_decay), record the epoch,
+        and checkpoint it (the resume point, the epoch, best)."""
+        state, ema = self.state, self.pieces.ema
+        with ema.applied() if ema is not None else contextlib.nullcontext():
+            val_loss, bleu = self.evaluate("val")
         record, improved = state.end_epoch(val_loss, bleu, self.clock.minutes())
         self.run_dir.append_metrics(record)  # before the checkpoint: a resume drops it if redone
         state.start_epoch()

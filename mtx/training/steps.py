@@ -51,6 +51,8 @@ def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None):
         if pieces.loss_scales:
             pieces.loss_scales[ctx].update(finite)
     pieces.trainer.update(1)  # the scale above already divides by the tokens
+    if pieces.ema is not None:
+        pieces.ema.update(step)
     return (sum(nlls), finite.as_np_ndarray().reshape(()),
             sum(part.num_tgt_tokens for part in parts))
 

@@ -1,0 +1,84 @@
+"""The moving average of the weights (train.ema_decay): its arithmetic, where it is used
+(validation, checkpoints, translation) and an exact resume."""
+import mxnet as mx
+import numpy as onp
+import pytest
+from mxnet import gluon, np
+
+from mtx.config import TrainConfig
+from mtx.errors import ConfigError
+from mtx.model import Transformer
+from mtx.training.ema import WeightAverage
+from test_rundir import _fit, _params, _stop_after
+
+
+def _shadow(fit):
+    """The average, by the model's parameter names."""
+    names = {id(p): k for k, p in fit.model._collect_params_with_prefix().items()}
+    return {names[id(p)]: s.asnumpy() for p, s in zip(fit.pieces.ema.params, fit.pieces.ema.shadow)}
+
+
+def test_the_average_follows_its_formula():
+    param = gluon.Parameter("w", shape=(3,))
+    param.initialize(mx.init.Constant(1.0), ctx=mx.cpu())
+    ema, expected = WeightAverage([param], mx.cpu(), 0.9), onp.ones(3)
+    for step, value in enumerate([2.0, -1.0, 5.0, 0.5], 1):
+        param.set_data(np.full((3,), value))
+        ema.update(step)
+        d = min(0.9, (1 + step) / (10 + step))
+        expected = d * expected + (1 - d) * value
+        assert onp.allclose(ema.shadow[0].asnumpy(), expected, atol=1e-6)
+
+
+def test_applied_lends_the_average_and_keeps_what_is_loaded():
+    param = gluon.Parameter("w", shape=(2,))
+    param.initialize(mx.init.Constant(3.0), ctx=mx.cpu())
+    ema = WeightAverage([param], mx.cpu(), 0.5)
+    ema.shadow[0] = np.array([7.0, 8.0])
+    with ema.applied():
+        assert param.data().asnumpy().tolist() == [7.0, 8.0]
+        param.set_data(np.array([1.0, 2.0]))  # as loading a checkpoint's ema file does
+    assert param.data().asnumpy().tolist() == [3.0, 3.0]
+    assert ema.shadow[0].asnumpy().tolist() == [1.0, 2.0]
+
+
+def test_a_run_validates_checkpoints_and_translates_the_average(tmp_path):
+    fit = _fit(tmp_path, max_epochs=2, ema_decay=0.9)
+    validated = []
+    evaluate = fit.evaluate
+    fit.evaluate = lambda split: (validated.append(_params(fit.model)), evaluate(split))[1]
+    fit.run()
+    run, shadow, raw = fit.run_dir, _shadow(fit), _params(fit.model)
+    assert all(onp.array_equal(validated[-1][k], v) for k, v in shadow.items())  # validated
+    assert any(not onp.allclose(raw[k], v) for k, v in shadow.items())  # and not the raw weights
+    manifest = run.verify("latest")
+    assert set(manifest["files"]) == {"params", "states", "ema"}
+    for name in ("latest", "epoch_002"):  # translation loads the average ...
+        model = Transformer(fit.model.cfg)
+        run.load(run.verify(name), model, mx.cpu())
+        loaded = _params(model)
+        assert all(onp.array_equal(loaded[k], v) for k, v in shadow.items())
+    resumed = _fit(tmp_path, max_epochs=2, ema_decay=0.9)  # ... a resume both
+    assert resumed.restore()
+    assert all(onp.array_equal(v, raw[k]) for k, v in _params(resumed.model).items())
+    assert all(onp.array_equal(v, shadow[k]) for k, v in _shadow(resumed).items())
+
+
+def test_a_resumed_run_continues_the_average_exactly(tmp_path):
+    straight = _fit(tmp_path / "a", max_epochs=1, log_every=3, ema_decay=0.9)
+    straight.run()
+    first = _fit(tmp_path / "b", max_epochs=1, log_every=3, save_every_minutes=0, ema_decay=0.9)
+    first.train_epoch = _stop_after(first, 7)
+    with pytest.raises(KeyboardInterrupt):
+        first.run()
+    resumed = _fit(tmp_path / "b", max_epochs=1, log_every=3, save_every_minutes=0, ema_decay=0.9)
+    assert resumed.restore() and resumed.state.batch_in_epoch == 6
+    resumed.run()
+    for name, value in _shadow(straight).items():
+        assert onp.array_equal(value, _shadow(resumed)[name]), name
+
+
+@pytest.mark.parametrize("decay", [-0.1, 1.0, 1.5])
+def test_a_decay_outside_0_1_is_a_config_error(decay):
+    with pytest.raises(ConfigError, match="train.ema_decay"):
+        TrainConfig(ema_decay=decay)
