@@ -12,7 +12,7 @@ export MTX_MULTI30K_DIR ?= $(if $(wildcard ../shared/data/multi30k/SHA256SUMS),$
 # 2 threads: the machine this project is built for; override on bigger ones.
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: help install data test test-quick train ablate bench clean
+.PHONY: help install data test test-quick train ablate bench browser clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	# mxnet 1.9 needs numpy<1.24; gluonnlp 0.10 is an sdist; pip builds it in an isolated env (its own Cython).
 	$(PY) -m pip install -q "numpy==1.23.5" "mxnet==1.9.1"
 	$(PY) -m pip install -q "gluonnlp==0.10.0"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,serve]"
 	# mtx's native CPU kernels (mtx/kernels): built with g++ now; without one, MXNet's ops are used.
 	$(PY) -c "import mtx.kernels as k; print('native kernels:', 'built' if k.load() else 'not built')"
 	touch $(STAMP)
@@ -50,6 +50,10 @@ ablate: install  ## head-count ablation at a fixed width and budget (Hydra multi
 
 bench: install  ## throughput side by side against the peers (ARGS="train --impl mtx", ...: python -m mtx.bench --help)
 	$(PY) scripts/bench.py $(ARGS)
+
+browser:  ## headless Chromium + chromedriver from Debian's archive, for the page's browser test (as root; nothing if present)
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 clean:  ## remove outputs/ and test caches
 	rm -rf outputs .pytest_cache

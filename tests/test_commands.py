@@ -1,6 +1,6 @@
-"""The installed commands (mtx-train, mtx-translate, mtx-evaluate, mtx-heads, mtx-bench): they run
-from any working directory, in the editable install and from a wheel, with a real --help; and the
-data directory they keep their downloads in."""
+"""The installed commands (mtx-train, mtx-translate, mtx-evaluate, mtx-heads, mtx-bench,
+mtx-serve): they run from any working directory, in the editable install and from a wheel, with a
+real --help; and the data directory they keep their downloads in."""
 import os
 import subprocess
 import sys
@@ -13,7 +13,7 @@ from conftest import ROOT, run_command
 from mtx import datadir
 
 CONF = ROOT / "conf"
-HYDRA_COMMANDS = ("train", "translate", "evaluate", "heads")
+HYDRA_COMMANDS = ("train", "translate", "evaluate", "heads", "serve")
 
 
 def groups_of(config_name):
@@ -125,6 +125,7 @@ def test_a_wheel_carries_the_configs_and_commands(tmp_path):
         entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     expected = {"mtx/conf/" + str(p.relative_to(CONF)) for p in CONF.rglob("*.yaml")}
     assert expected <= names
+    assert "mtx/serving/page.html" in names  # mtx-serve's page
     for name in HYDRA_COMMANDS + ("bench",):
         assert f"mtx-{name} = " in entry_points
     target = tmp_path / "site"

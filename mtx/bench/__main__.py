@@ -7,6 +7,8 @@
     python -m mtx.bench profile --impl IMPL[,IMPL...] [--steps 20] [--out FILE]
     python -m mtx.bench translate --run RUN_DIR [--beam 5] [--max-sentences N] [--out FILE]
     python -m mtx.bench compare-runs RUN_DIR RUN_DIR... [--steps 64] [--rounds 3] [--out FILE]
+    python -m mtx.bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5]
+                              [--url URL] [--out FILE]
 
 Common configuration: conf/model/small.yaml (--model) with untied embeddings and the data's
 vocabulary, conf/data/multi30k_en_de.yaml (--data), the same ~4096-token batches for every
@@ -131,6 +133,12 @@ def run_compare_runs(args):
     return {"machine": describe(), "compare_runs": results}, tables.compare_runs_table(results)
 
 
+def run_serve(args):
+    """mtx-serve under N concurrent clients against one-at-a-time translation (mtx.bench.serve)."""
+    from .serve import measure_serve
+    return measure_serve(args)
+
+
 def run_all(args):
     """Training and decoding of every implementation side by side; with --run, translation."""
     from . import tables
@@ -202,12 +210,21 @@ def build_parser():
     p.add_argument("--data", default=inputs.DEFAULT_DATA, help="conf/data/<name>.yaml")
     p.add_argument("--steps", type=int, default=DEFAULT_DECODE_STEPS)
     p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
+    p = sub.add_parser("serve", parents=[common], help="mtx-serve under concurrent load "
+                       "on loopback against one-at-a-time translation (docs/serving.md)")
+    p.add_argument("--run", required=True, help="a training run directory")
+    p.add_argument("--clients", default="1,4,16", help="concurrent clients, one row each")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per row")
+    p.add_argument("--beam", type=int, default=TRANSLATE_BEAMS[-1])
+    p.add_argument("--max-sentences", type=int, help="only the first N test sentences")
+    p.add_argument("--url", help="a server already running (default: one started here on a "
+                   "free loopback port)")
     return ap
 
 
 COMMANDS = {"all": run_all, "train": run_measurements, "decode": run_measurements,
             "profile": run_measurements, "translate": run_translate,
-            "compare-runs": run_compare_runs}
+            "compare-runs": run_compare_runs, "serve": run_serve}
 
 
 def main(argv=None):

@@ -1,0 +1,76 @@
+"""scripts/serve.py: a trained run behind an HTTP API, with a page that shows every head's
+attention and switches heads off (`mtx.serving`; docs/serving.md). Serves until SIGTERM or
+Ctrl-C; needs the ``serve`` extra (FastAPI, uvicorn)."""
+import json
+import logging
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ..config import from_dict
+from ..devices import use_numpy_interface
+from ..errors import ConfigError
+from .common import decoding_setup, hydra_command
+
+log = logging.getLogger("mtx.serve")
+DECODING_PRECISION = "float32"  # load_run builds the model in float32; serving computes in it
+
+
+def check_serving_installed():
+    """FastAPI and uvicorn are the optional ``serve`` extra: one line saying how to get them."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        raise ConfigError(f"mtx-serve needs FastAPI and uvicorn ({err.name} is missing): "
+                          f"pip install -e '.[serve]' (make install does)") from None
+
+
+def check_address(cfg):
+    if not isinstance(cfg.port, int) or isinstance(cfg.port, bool) or not 0 <= cfg.port <= 65535:
+        raise ConfigError(f"port={cfg.port}: give a port number 1-65535, or 0 for a free one")
+    if not isinstance(cfg.host, str) or not cfg.host:
+        raise ConfigError(f"host={cfg.host}: give an address such as 127.0.0.1")
+    if cfg.shutdown_seconds is None or cfg.shutdown_seconds < 0:
+        raise ConfigError(f"shutdown_seconds={cfg.shutdown_seconds}: give 0 or more seconds")
+
+
+def checkpoint_info(cfg):
+    """/info's checkpoint: the run, the checkpoint asked for and, for auto, the one used."""
+    run = Path(cfg.ckpt).resolve()
+    info = {"run": str(run), "checkpoint": str(cfg.checkpoint)}
+    report = run / "report.json"
+    if report.is_file():
+        report = json.loads(report.read_text(encoding="utf-8"))
+        if cfg.checkpoint == "auto" and report.get("final", {}).get("checkpoint"):
+            info["checkpoint"] = report["final"]["checkpoint"]
+        info["trained_precision"] = report.get("precision")
+    return info
+
+
+def serve(cfg):
+    """Load the run ``cfg.ckpt``, warm it up, and serve it on ``cfg.host``:``cfg.port``."""
+    check_serving_installed()
+    from ..serving.bodies import Limits
+    from ..serving.server import bind, serve as run_server
+    from ..serving.service import Batching, build_service
+    check_address(cfg)
+    limits = from_dict(Limits, OmegaConf.to_container(cfg.limits), "limits")
+    batching = from_dict(Batching, OmegaConf.to_container(cfg.batching), "batching")
+    sock = bind(cfg.host, cfg.port)
+    use_numpy_interface()
+    decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
+    service = build_service(model, tokenizer, ctx, decode_cfg, data_cfg, limits, batching,
+                            cfg.ckpt, checkpoint_info(cfg), DECODING_PRECISION)
+    if not service.study["available"]:
+        log.info("head study: %s", service.study["reason"])
+    log.info("warming up %s (%s parameters)", cfg.ckpt, f"{service.info['parameters']:,}")
+    service.start()
+    run_server(service, sock, cfg.shutdown_seconds)
+
+
+# mtx-serve and scripts/serve.py
+main = hydra_command("serve", serve)
+
+if __name__ == "__main__":  # python -m mtx.commands.serve (what mtx-bench serve starts)
+    main()

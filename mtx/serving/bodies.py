@@ -1,0 +1,128 @@
+"""What a request may hold, and the checks that turn it into decoding `Settings`.
+
+FastAPI checks the JSON's shape against the bodies below (strict types: "5" is not a number,
+true is not an integer; unknown fields are refused); `settings` and `sentence_ids` then check it
+against the model and the server's limits. Every problem is a `RequestError`: an HTTP status
+and one line naming the field and what it should be. Nothing in a request names a file.
+"""
+import math
+from dataclasses import dataclass
+from typing import List, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import ConfigError
+from .engine import Settings
+
+
+class RequestError(ValueError):
+    """A request that cannot be served: ``status`` (4xx, or 503 when busy or stopping) and a
+    one-line message."""
+
+    def __init__(self, message, status=422):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Limits:
+    """conf/serve.yaml ``limits``: what one request may ask for."""
+    max_sentences: int = 64      # sentences in one /translate request
+    max_body_bytes: int = 65536  # request body
+    max_beam_size: int = 16
+    max_queue: int = 256         # requests waiting for the model; more are refused (503)
+
+    def __post_init__(self):
+        for key, value in vars(self).items():
+            if value < 1:
+                raise ConfigError(f"limits.{key}={value} must be at least 1")
+
+
+class _Decoding(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    beam_size: Optional[int] = None         # None: the server's decode.beam_size
+    length_penalty: Optional[float] = None  # None: the server's decode.length_penalty
+    gates: Optional[List[List[float]]] = None  # (A, H): 1 keeps a head, 0 switches it off
+
+
+class TranslateBody(_Decoding):
+    """POST /translate: sentences -> translations, in order."""
+    text: List[str]
+    nbest: int = 1
+
+
+class AttentionBody(_Decoding):
+    """POST /attention: one sentence -> its translation and every layer's attention."""
+    text: str
+
+
+def settings(body, limits, decode_cfg, model_cfg):
+    """A checked body -> `Settings` (the server's decode defaults where the body has none)."""
+    beam = decode_cfg.beam_size if body.beam_size is None else body.beam_size
+    if not 1 <= beam <= limits.max_beam_size:
+        raise RequestError(f"beam_size={beam}: give 1 to {limits.max_beam_size}")
+    alpha = decode_cfg.length_penalty if body.length_penalty is None else body.length_penalty
+    if not (math.isfinite(alpha) and 0 <= alpha <= 10):
+        raise RequestError(f"length_penalty={alpha}: give a number from 0 to 10")
+    nbest = getattr(body, "nbest", 1)
+    if not 1 <= nbest <= beam:
+        raise RequestError(f"nbest={nbest}: give 1 to beam_size ({beam})")
+    return Settings(beam, float(alpha), nbest, check_gates(body.gates, model_cfg))
+
+
+def check_gates(gates, model_cfg):
+    """gates (A, H) -> nested tuples, or None when absent or all ones (the same model call)."""
+    if gates is None:
+        return None
+    layers = model_cfg.attention_layers()
+    A, H = len(layers), model_cfg.num_heads
+    if len(gates) != A:
+        raise RequestError(f"gates has {len(gates)} rows; this model has {A} attention layers "
+                           f"({', '.join(layer.name for layer in layers)}): give one row each")
+    for a, row in enumerate(gates):
+        if len(row) != H:
+            raise RequestError(f"gates[{a}] ({layers[a].name}) has {len(row)} entries; give "
+                               f"{H}, one per head")
+        for h, value in enumerate(row):
+            if not (math.isfinite(value) and 0 <= value <= 1):
+                raise RequestError(f"gates[{a}][{h}]={value}: give a number from 0 (head off) "
+                                   f"to 1 (head on)")
+    if all(value == 1 for row in gates for value in row):
+        return None
+    return tuple(tuple(float(v) for v in row) for row in gates)
+
+
+def sentence_ids(engine, lines, limits):
+    """Sentences -> their source ids, checked: 1 to max_sentences of them, none longer than
+    the model's positions (the command-line translate cuts such a line; the API refuses it)."""
+    if not lines:
+        raise RequestError("text is an empty list; give 1 to "
+                           f"{limits.max_sentences} sentences")
+    if len(lines) > limits.max_sentences:
+        raise RequestError(f"text has {len(lines)} sentences; give at most "
+                           f"{limits.max_sentences} per request", status=413)
+    ids = engine.encode(lines)
+    for i, sentence in enumerate(ids):
+        if len(sentence) > engine.max_src_len:
+            raise RequestError(f"text[{i}] has {len(sentence)} subwords; this model reads at "
+                               f"most {engine.max_src_len}: split the sentence", status=413)
+    return ids
+
+
+def validation_message(errors):
+    """FastAPI's RequestValidationError.errors() -> one line naming each problem's field."""
+    parts = []
+    for err in errors:
+        if err.get("type") == "json_invalid":
+            reason = (err.get("ctx") or {}).get("error", "")
+            parts.append(f"the body is not valid JSON ({reason})" if reason
+                         else "the body is not valid JSON")
+            continue
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}"
+                        for p in err.get("loc", ()) if p != "body").lstrip(".")
+        if not where and err.get("type") in ("model_attributes_type", "dict_type"):
+            parts.append("the body must be a JSON object, sent with Content-Type: "
+                         "application/json")
+            continue
+        parts.append(f"{where or 'the body'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "the request body is not valid"

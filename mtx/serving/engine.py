@@ -1,0 +1,92 @@
+"""The server's model calls: a batch of translations, and one sentence's attention. Only the
+model worker's thread calls `Engine.run_batch` (MXNet is not thread-safe); `encode` is plain
+tokenization and runs in any thread.
+
+Shapes: ``gates`` (A, H) as nested tuples, one row per attention layer in
+`ModelConfig.attention_layers` order, 1 keeps a head and 0 gates it off (None: all on);
+attention weights come back as one (H_a, Tq, Tk) nested list per layer (H_a = the layer's heads).
+"""
+import dataclasses
+from typing import NamedTuple, Optional, Tuple
+
+from mxnet import np
+
+from ..search import Translator
+from ..vocab import BOS, EOS
+
+TRANSLATE, ATTENTION = "translate", "attention"
+WEIGHT_DECIMALS = 3  # attention weights sent to the page: enough for a heatmap, 3x smaller JSON
+
+
+class Settings(NamedTuple):
+    """What a request may choose; requests with equal settings share a model call."""
+    beam_size: int
+    length_penalty: float
+    nbest: int
+    gates: Optional[Tuple[Tuple[float, ...], ...]]  # (A, H); None: every head on
+
+
+class Engine:
+    """A loaded model, its tokenizer and the run's decoding defaults (`DecodeConfig`)."""
+
+    def __init__(self, model, tokenizer, ctx, decode_cfg):
+        self.model, self.tokenizer, self.ctx, self.decode_cfg = model, tokenizer, ctx, decode_cfg
+        self.max_src_len = model.cfg.max_len - 1  # positions, less the source EOS
+
+    def encode(self, lines):
+        """Lines -> lists of source ids (no EOS)."""
+        return self.tokenizer.encode(lines)
+
+    def run_batch(self, key, payloads):
+        """`mtx.serving.worker` calls this. key = (TRANSLATE, Settings): payloads are lists of
+        sentences' ids, each gets its sentences' n-best [(text, score)]; key = (ATTENTION,
+        Settings): payloads are one sentence's ids each, each gets `attention`'s dict."""
+        kind, settings = key
+        if kind == TRANSLATE:
+            flat = [ids for sentences in payloads for ids in sentences]
+            results = iter(self._texts(self._search(settings, flat)))
+            return [[next(results) for _ in sentences] for sentences in payloads]
+        return [self.attention(settings, ids) for ids in payloads]
+
+    def attention(self, settings, src_ids):
+        """One sentence translated with ``settings``, and every layer's attention over it in a
+        teacher-forced pass of that translation: source axis = its pieces + '</s>', target axis
+        = '<s>' + the translation's pieces (the position each output token is predicted from)."""
+        out_ids, score = self._search(settings._replace(nbest=1), [src_ids])[0][0]
+        src = np.array([src_ids + [EOS]], dtype="int32", ctx=self.ctx)  # (1, S)
+        src_len = np.array([len(src_ids) + 1], dtype="int32", ctx=self.ctx)  # (1,)
+        tgt_in = np.array([[BOS] + out_ids], dtype="int32", ctx=self.ctx)  # (1, T)
+        weights = self.model.attention_weights(src, src_len, tgt_in, self._gates(settings))
+        layers = []
+        for layer, w in zip(self.model.cfg.attention_layers(), weights):  # (1*H_a, Tq, Tk)
+            layers.append({"row": layer.row, "name": layer.name, "kind": layer.kind,
+                           "layer": layer.layer, "queries": layer.queries, "keys": layer.keys,
+                           "weights": w.asnumpy().round(WEIGHT_DECIMALS).tolist()})
+        return {"translation": self.tokenizer.decode([out_ids])[0], "score": score,
+                "source": self.tokenizer.pieces(src_ids) + ["</s>"],
+                "target": ["<s>"] + self.tokenizer.pieces(out_ids), "layers": layers}
+
+    def warm_up(self):
+        """Trace the graphs once (the first calls are slow), greedy and with the default beam."""
+        ids = [[EOS + 1] * 3]
+        for beam in sorted({1, self.decode_cfg.beam_size}):
+            self._search(Settings(beam, self.decode_cfg.length_penalty, 1, None), ids)
+
+    def _gates(self, settings):
+        if settings.gates is None:
+            return None
+        return np.array(settings.gates, dtype="float32", ctx=self.ctx)  # (A, H)
+
+    def _search(self, settings, src_ids):
+        """Source ids per sentence -> per sentence [(ids, score)], nbest of them."""
+        decode_cfg = dataclasses.replace(self.decode_cfg, beam_size=settings.beam_size,
+                                         length_penalty=settings.length_penalty,
+                                         nbest=settings.nbest)
+        return Translator(self.model, self.tokenizer, decode_cfg, self.ctx,
+                          self._gates(settings)).translate_ids(src_ids)
+
+    def _texts(self, results):
+        """Per sentence [(ids, score)] -> per sentence [(text, score)]."""
+        return [[(text, score) for text, (_, score) in
+                 zip(self.tokenizer.decode([ids for ids, _ in nbest]), nbest)]
+                for nbest in results]

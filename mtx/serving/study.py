@@ -1,0 +1,58 @@
+"""A run's head study (`mtx-heads` writes it into <run>/heads/), as the page shows it: each head's
+importance beside its switch, and the study's pruning order to apply step by step.
+
+importance.json: {"layers": [name per row], "gradient": (A, H), "confidence": (A, H), ...};
+pruning.json: {"orders": {name: [[a, h], ...]}, "curves": {name: [[heads removed, BLEU], ...]}};
+speed.json (optional): {"order": the order the study pruned with, ...}.
+"""
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+SCORE = "gradient"       # the score the study's importance order is built from (mtx.heads)
+DEFAULT_ORDER = "importance"
+
+
+def head_study(run_dir, model_cfg):
+    """{"available": True, "score": name, "importance": (A, H), "order_name": name, "order":
+    [[a, h], ...], "steps": [[heads removed, BLEU], ...]} or {"available": False, "reason": ...}
+    when the run has no study, or one that does not fit ``model_cfg``."""
+    folder = Path(run_dir) / "heads"
+    try:
+        importance = _read(folder / "importance.json")
+        pruning = _read(folder / "pruning.json")
+        speed = _read(folder / "speed.json") if (folder / "speed.json").is_file() else {}
+    except FileNotFoundError:
+        return {"available": False, "reason": f"no head study in {folder} (mtx-heads "
+                                              f"ckpt={run_dir} makes one)"}
+    except (OSError, ValueError) as err:
+        log.warning("head study not shown: %s", err)
+        return {"available": False, "reason": f"the head study in {folder} cannot be read: {err}"}
+    layers = [layer.name for layer in model_cfg.attention_layers()]
+    scores = importance.get(SCORE)
+    if importance.get("layers") != layers or _shape(scores) != (len(layers), model_cfg.num_heads):
+        return {"available": False, "reason": f"the head study in {folder} is of another model "
+                                              f"(its layers or heads differ)"}
+    name = speed.get("order") if speed.get("order") in pruning.get("orders", {}) else DEFAULT_ORDER
+    order = pruning.get("orders", {}).get(name)
+    if not order:
+        return {"available": False, "reason": f"{folder / 'pruning.json'} has no order {name!r}"}
+    return {"available": True, "score": SCORE, "importance": scores, "order_name": name,
+            "order": order, "steps": pruning.get("curves", {}).get(name, [])}
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path.name} is not valid JSON ({err})") from None
+
+
+def _shape(rows):
+    """(rows, columns) of a list of equal-length lists, else None."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows):
+        return None
+    widths = {len(r) for r in rows}
+    return (len(rows), widths.pop()) if len(widths) == 1 else None

@@ -1,0 +1,58 @@
+"""Helpers of the mtx-serve tests: the installed command started on a free loopback port, and a
+plain HTTP client (http.client, so a test can send exactly the bytes it wants)."""
+import http.client
+import json
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+from mtx.bench.serve import ServerProcess
+
+MTX_SERVE = str(Path(sys.executable).parent / "mtx-serve")
+
+
+def start_server(run_dir, *overrides):
+    """``mtx-serve ckpt=<run_dir> port=0 <overrides>``, as a user starts it: a ServerProcess
+    (``.url``, ``.log``, ``.stop()``) once it has logged its address."""
+    return ServerProcess([f"ckpt={run_dir}", *overrides], argv=(MTX_SERVE,))
+
+
+def request(url, method, path, body=None, headers=None, chunked=False):
+    """One request on a new connection -> (status, parsed JSON or None, raw bytes). ``body``:
+    bytes as they are, or an object sent as JSON."""
+    parts = urlparse(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+    headers = dict(headers or {})
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+        headers.setdefault("Content-Type", "application/json")
+    if chunked:  # no Content-Length: the body streams in pieces
+        pieces, body = [body[i:i + 4096] for i in range(0, len(body), 4096)], None
+        connection.putrequest(method, path)
+        for key, value in {**headers, "Transfer-Encoding": "chunked"}.items():
+            connection.putheader(key, value)
+        connection.endheaders()
+        try:
+            for piece in pieces:
+                connection.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+            connection.send(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered before the whole body was in
+    else:
+        connection.request(method, path, body, headers)
+    response = connection.getresponse()
+    raw = response.read()
+    connection.close()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    return response.status, data, raw
+
+
+def post(url, path, body, **kwargs):
+    return request(url, "POST", path, body, **kwargs)
+
+
+def get(url, path):
+    return request(url, "GET", path)

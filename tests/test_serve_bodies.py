@@ -1,0 +1,132 @@
+"""What a request to mtx-serve may hold (mtx/serving/bodies.py) and how a run's head study is
+read for the page (mtx/serving/study.py): each problem named in one line."""
+import json
+import re
+
+import pytest
+
+pytest.importorskip("fastapi", reason="no serve extra (pip install -e '.[serve]')")
+from pydantic import ValidationError  # noqa: E402  (after the skip: pydantic comes with FastAPI)
+
+from mtx.config import DecodeConfig, ModelConfig  # noqa: E402
+from mtx.serving.bodies import (AttentionBody, Limits, RequestError, TranslateBody,  # noqa: E402
+                                check_gates, sentence_ids, settings, validation_message)
+from mtx.serving.study import head_study  # noqa: E402
+from mtx.vocab import WordTokenizer  # noqa: E402
+
+# 1 encoder and 1 decoder layer: rows enc0 self, dec0 self, dec0 cross; 2 heads each
+CFG = ModelConfig(num_hiddens=8, num_heads=2, ffn_num_hiddens=8, num_encoder_layers=1,
+                  num_decoder_layers=1, max_len=6, vocab_size=10)
+DECODE = DecodeConfig(beam_size=4, length_penalty=0.6)
+LIMITS = Limits(max_sentences=3, max_beam_size=8)
+
+
+class Engine:
+    """The part of `mtx.serving.engine.Engine` the checks use: tokenization and positions."""
+    tokenizer = WordTokenizer(["a", "b", "c"])
+    max_src_len = CFG.max_len - 1
+
+    def encode(self, lines):
+        return self.tokenizer.encode(lines)
+
+
+def test_defaults_come_from_the_decode_config_and_all_ones_gates_are_no_gates():
+    s = settings(TranslateBody(text=["a"], gates=[[1, 1]] * 3), LIMITS, DECODE, CFG)
+    assert (s.beam_size, s.length_penalty, s.nbest, s.gates) == (4, 0.6, 1, None)
+    s = settings(TranslateBody(text=["a"], beam_size=2, nbest=2, length_penalty=0,
+                               gates=[[1, 0], [1, 1], [0.5, 1]]), LIMITS, DECODE, CFG)
+    assert s == (2, 0.0, 2, ((1.0, 0.0), (1.0, 1.0), (0.5, 1.0)))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"beam_size": 0}, "beam_size=0: give 1 to 8"),
+    ({"beam_size": 9}, "beam_size=9: give 1 to 8"),
+    ({"nbest": 5}, r"nbest=5: give 1 to beam_size \(4\)"),
+    ({"length_penalty": float("nan")}, "length_penalty=nan"),
+    ({"length_penalty": -1.0}, "length_penalty=-1.0"),
+    ({"gates": [[1, 1]] * 2}, r"gates has 2 rows; this model has 3 attention layers \(enc0 self, "
+                              r"dec0 self, dec0 cross\)"),
+    ({"gates": [[1, 1], [1], [1, 1]]}, r"gates\[1\] \(dec0 self\) has 1 entries; give 2"),
+    ({"gates": [[1, 1], [1, 1], [1, 2]]}, r"gates\[2\]\[1\]=2.0: give a number from 0"),
+    ({"gates": [[1, 1], [1, float("inf")], [1, 1]]}, r"gates\[1\]\[1\]=inf"),
+])
+def test_settings_that_do_not_fit_the_model_or_the_limits(fields, message):
+    with pytest.raises(RequestError, match=message) as caught:
+        settings(TranslateBody(text=["a"], **fields), LIMITS, DECODE, CFG)
+    assert caught.value.status == 422
+
+
+@pytest.mark.parametrize("lines, status, message", [
+    ([], 422, "text is an empty list"),
+    (["a"] * 4, 413, "text has 4 sentences; give at most 3"),
+    (["a", "a b c a b c"], 413, r"text\[1\] has 6 subwords; this model reads at most 5"),
+])
+def test_sentences_over_the_limits(lines, status, message):
+    with pytest.raises(RequestError, match=message) as caught:
+        sentence_ids(Engine(), lines, LIMITS)
+    assert caught.value.status == status
+
+
+def test_sentences_within_the_limits_become_ids():
+    assert sentence_ids(Engine(), ["a b", "", "c a b c x"], LIMITS) == [[4, 5], [], [6, 4, 5, 6, 1]]
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"text": "a"}, "text: Input should be a valid list"),
+    ({"text": ["a", 3]}, r"text\[1\]: Input should be a valid string"),
+    ({"text": ["a"], "beam_size": "5"}, "beam_size: Input should be a valid integer"),
+    ({"text": ["a"], "beam_size": True}, "beam_size: Input should be a valid integer"),
+    ({"text": ["a"], "gates": [[1, "0"]]}, r"gates\[0\]\[1\]: Input should be a valid number"),
+    ({"text": ["a"], "path": "/etc/passwd"}, "path: Extra inputs are not permitted"),
+    ({}, "text: Field required"),
+])
+def test_the_shape_of_a_body_is_checked_strictly(body, message):
+    with pytest.raises(ValidationError) as caught:
+        TranslateBody.model_validate(body)
+    errors = [{**e, "loc": ("body", *e["loc"])} for e in caught.value.errors()]  # as FastAPI
+    assert re.search(message, validation_message(errors))
+
+
+def test_integers_are_numbers_and_attention_takes_one_sentence():
+    assert TranslateBody(text=["a"], length_penalty=1, gates=[[1, 0]]).gates == [[1.0, 0.0]]
+    with pytest.raises(ValidationError):
+        AttentionBody.model_validate({"text": ["a"]})
+
+
+def test_invalid_json_is_named():
+    errors = [{"type": "json_invalid", "loc": ("body", 3), "msg": "JSON decode error",
+               "ctx": {"error": "Expecting value"}}]
+    assert validation_message(errors) == "the body is not valid JSON (Expecting value)"
+
+
+def write_study(run, layers=("enc0 self", "dec0 self", "dec0 cross"), speed_order=None):
+    heads = run / "heads"
+    heads.mkdir(parents=True)
+    gradient = [[0.9, 0.1], [0.6, 0.8], [0.2, 0.98]]
+    (heads / "importance.json").write_text(json.dumps({"layers": list(layers),
+                                                       "gradient": gradient}))
+    (heads / "pruning.json").write_text(json.dumps({
+        "orders": {"importance": [[0, 1], [2, 0], [1, 0]], "iterative": [[2, 0], [0, 1]]},
+        "curves": {"importance": [[0, 30.0], [1, 29.5], [2, 20.0]],
+                   "iterative": [[0, 30.0], [1, 29.9]]}}))
+    if speed_order:
+        (heads / "speed.json").write_text(json.dumps({"order": speed_order}))
+    return gradient
+
+
+def test_a_head_study_is_read_with_the_order_the_study_pruned_with(tmp_path):
+    gradient = write_study(tmp_path, speed_order="iterative")
+    study = head_study(tmp_path, CFG)
+    assert study == {"available": True, "score": "gradient", "importance": gradient,
+                     "order_name": "iterative", "order": [[2, 0], [0, 1]],
+                     "steps": [[0, 30.0], [1, 29.9]]}
+
+
+def test_a_missing_damaged_or_foreign_study_is_not_shown(tmp_path):
+    study = head_study(tmp_path, CFG)
+    assert study["available"] is False and "mtx-heads" in study["reason"]
+    write_study(tmp_path / "other", layers=("enc0 self", "enc1 self", "dec0 self"))
+    assert "another model" in head_study(tmp_path / "other", CFG)["reason"]
+    write_study(tmp_path / "broken")
+    (tmp_path / "broken" / "heads" / "pruning.json").write_text("{")
+    assert "pruning.json is not valid JSON" in head_study(tmp_path / "broken", CFG)["reason"]

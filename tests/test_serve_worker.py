@@ -1,0 +1,135 @@
+"""The model worker of mtx-serve (mtx/serving/worker.py) with a stand-in for the model: which
+jobs share a batch, bounded batches, failures, stopping. No MXNet, no timing thresholds: a batch
+is held open with an event, so what arrives meanwhile is known."""
+import threading
+
+import pytest
+
+from mtx.serving.worker import Busy, ModelWorker, Stopping
+
+TIMEOUT = 30  # seconds; only reached if a test is broken
+
+
+class Model:
+    """run_batch(key, payloads) -> each payload doubled; records every call. While ``hold`` is
+    clear, a call waits inside the model (``busy`` is set), so jobs pile up in the queue."""
+
+    def __init__(self, fail_on=None):
+        self.calls, self.fail_on = [], fail_on
+        self.hold, self.busy = threading.Event(), threading.Event()
+        self.hold.set()
+
+    def __call__(self, key, payloads):
+        self.calls.append((key, list(payloads)))
+        self.busy.set()
+        assert self.hold.wait(TIMEOUT)
+        if key == self.fail_on:
+            raise RuntimeError("the model broke")
+        return [2 * p for p in payloads]
+
+
+def worker(model, max_batch_tokens=100, max_queue=100, max_wait=0.0):
+    return ModelWorker(model, max_wait=max_wait, max_batch_tokens=max_batch_tokens,
+                       max_queue=max_queue).start()
+
+
+def while_busy(model, w, submit_more):
+    """Submit one job, hold the model inside it, submit ``submit_more()``'s jobs, release."""
+    model.hold.clear()
+    first = w.submit("k", 1, 1)
+    assert model.busy.wait(TIMEOUT)
+    more = submit_more()
+    model.hold.set()
+    return first, more
+
+
+def test_jobs_that_arrive_while_the_model_is_busy_share_one_batch():
+    model = Model()
+    w = worker(model)
+    first, more = while_busy(model, w, lambda: [w.submit("k", p, 1) for p in (2, 3, 4)])
+    assert [f.result(TIMEOUT) for f in [first, *more]] == [2, 4, 6, 8]
+    assert model.calls == [("k", [1]), ("k", [2, 3, 4])]
+    assert (w.stats.batches, w.stats.jobs, w.stats.largest_batch) == (2, 4, 3)
+    w.stop(TIMEOUT)
+
+
+def test_different_settings_are_separate_calls_and_every_job_gets_its_own_result():
+    model = Model()
+    w = worker(model)
+    keys = ["greedy", "beam", "greedy", "beam", "gated"]
+    _, more = while_busy(model, w, lambda: [w.submit(k, i, 1) for i, k in enumerate(keys)])
+    assert [f.result(TIMEOUT) for f in more] == [0, 2, 4, 6, 8]
+    assert model.calls[1:] == [("greedy", [0, 2]), ("beam", [1, 3]), ("gated", [4])]
+    w.stop(TIMEOUT)
+
+
+def test_a_batch_stays_within_max_batch_tokens():
+    model = Model()
+    w = worker(model, max_batch_tokens=7)
+    _, more = while_busy(model, w, lambda: [w.submit("k", p, 3) for p in (2, 3, 4, 5, 6)])
+    assert [f.result(TIMEOUT) for f in more] == [4, 6, 8, 10, 12]
+    assert [payloads for _, payloads in model.calls] == [[1], [2, 3], [4, 5], [6]]
+    w.stop(TIMEOUT)
+
+
+def test_a_failing_batch_answers_its_jobs_with_the_error_and_the_worker_goes_on():
+    model = Model(fail_on="bad")
+    w = worker(model)
+    _, (bad, good) = while_busy(model, w, lambda: [w.submit("bad", 5, 1), w.submit("k", 6, 1)])
+    with pytest.raises(RuntimeError, match="the model broke"):
+        bad.result(TIMEOUT)
+    assert good.result(TIMEOUT) == 12
+    assert w.submit("k", 7, 1).result(TIMEOUT) == 14
+    assert w.stats.failed == 1
+    w.stop(TIMEOUT)
+
+
+def test_stop_answers_what_is_queued_and_refuses_what_comes_after():
+    model = Model()
+    w = worker(model)
+
+    def queue_two_then_close():
+        queued = [w.submit("k", p, 1) for p in (2, 3)]
+        w.close()
+        return queued
+    first, queued = while_busy(model, w, queue_two_then_close)
+    assert w.stopping
+    with pytest.raises(Stopping):
+        w.submit("k", 9, 1)
+    w.stop(TIMEOUT)
+    assert [f.result(TIMEOUT) for f in [first, *queued]] == [2, 4, 6]
+
+
+def test_a_full_queue_is_busy():
+    model = Model()
+    w = worker(model, max_queue=2)
+
+    def submit_until_full():
+        queued = [w.submit("k", 2, 1), w.submit("k", 3, 1)]
+        with pytest.raises(Busy, match="2 requests"):
+            w.submit("k", 4, 1)
+        return queued
+    _, queued = while_busy(model, w, submit_until_full)
+    assert [f.result(TIMEOUT) for f in queued] == [4, 6]
+    w.stop(TIMEOUT)
+
+
+def test_a_cancelled_request_is_skipped():
+    model = Model()
+    w = worker(model)
+
+    def submit_and_cancel():
+        gone, kept = w.submit("k", 2, 1), w.submit("k", 3, 1)
+        assert gone.cancel()
+        return [kept]
+    _, (kept,) = while_busy(model, w, submit_and_cancel)
+    assert kept.result(TIMEOUT) == 6
+    assert model.calls[1] == ("k", [3])
+    w.stop(TIMEOUT)
+
+
+def test_start_raises_what_the_warm_up_raised():
+    def broken_warm_up():
+        raise OSError("no model")
+    with pytest.raises(OSError, match="no model"):
+        ModelWorker(Model(), 0.0, 10, 10, on_start=broken_warm_up).start()
