@@ -251,7 +251,7 @@ def test_ctrl_c_while_translating_is_interrupted_exit_130(toy_run):
                             stderr=subprocess.PIPE, cwd=ROOT, env=env)
     try:
         seen = b""
-        while b"NumPy array semantics" not in seen:  # logged once the command has started
+        while b"translating standard input" not in seen:  # logged once the model is loaded
             line = proc.stderr.readline()
             assert line, seen.decode()
             seen += line

@@ -1,5 +1,6 @@
 """scripts/translate.py: translate text with a trained run, one output line per input line, in
 input order (decode.nbest=N>1: N lines ``LINE<TAB>RANK<TAB>SCORE<TAB>TEXT`` per input line)."""
+import logging
 import os
 import sys
 
@@ -7,7 +8,9 @@ from ..devices import use_numpy_interface
 from ..errors import ConfigError, FileWriteError
 from ..lines import file_chunks, stream_chunks
 from ..search import Translator
-from .common import decoding_setup, hydra_command, readable_file, writable_file
+from .common import decoding_setup, hydra_command, readable_file, typed, writable_file
+
+log = logging.getLogger("mtx")
 
 
 def format_nbest(number, nbest):
@@ -48,12 +51,25 @@ def attention_png(cfg, model, tokenizer, ctx):
                        ["<s>"] + tokenizer.pieces(out_ids), cfg.attention_png)
 
 
+def make_translator(cfg):
+    """The translator of ``backend=`` (auto: CTranslate2 for an mtx-export directory, mtx's own
+    decoder for a training run) -> (translator, DecodeConfig, what attention_png draws with:
+    (model, tokenizer, device), or None for CTranslate2)."""
+    from ..deploy import backend_of
+    if backend_of(cfg) == "ctranslate2":
+        from ..deploy.backend import translator_for
+        decode_cfg = typed(cfg, "decode")
+        return translator_for(cfg, decode_cfg), decode_cfg, None
+    decode_cfg, ctx, model, tokenizer, _ = decoding_setup(cfg)
+    return Translator(model, tokenizer, decode_cfg, ctx), decode_cfg, (model, tokenizer, ctx)
+
+
 def translate(cfg):
     """Translate ``cfg.input`` (or stdin) into ``cfg.output`` (or stdout)."""
     use_numpy_interface()
     check_paths(cfg)
-    decode_cfg, ctx, model, tokenizer, _ = decoding_setup(cfg)
-    translator = Translator(model, tokenizer, decode_cfg, ctx)
+    translator, decode_cfg, drawing = make_translator(cfg)
+    log.info("translating %s with %s", cfg.input or "standard input, line by line", cfg.ckpt)
     chunks = file_chunks(cfg.input) if cfg.input else stream_chunks(sys.stdin.fileno())
     out = open_output(cfg.output)
     try:
@@ -65,7 +81,7 @@ def translate(cfg):
                           else nbest[0][0] + "\n")
             out.flush()
         if cfg.attention_png and cfg.input:
-            attention_png(cfg, model, tokenizer, ctx)
+            attention_png(cfg, *drawing)
     finally:
         if out is not sys.stdout:
             out.close()
