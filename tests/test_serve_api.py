@@ -114,6 +114,7 @@ BAD = [  # (path, body bytes or object, expected status, words of the error)
     ("/attention", {"text": ""}, 422, "text is empty"),
     ("/attention", {"text": ["w1"]}, 422, "text: Input should be a valid string"),
     ("/translate", b'{"text": ["' + BIG + b'"]}', 413, "body is over 20000 bytes"),
+    ("/translate", b"[" * 5000 + b"]" * 5000, 422, "nested too deeply"),
 ]
 
 

@@ -92,6 +92,8 @@ def _json_problem(body, content_type):
         json.loads(body)
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
         return f"the body is not valid JSON ({err})"[:300]
+    except RecursionError:
+        return "the body's JSON is nested too deeply"
     return None
 
 

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 
 from ..devices import use_numpy_interface
+from ..errors import ConfigError
 from .bodies import RequestError, sentence_ids, settings
 from .engine import ATTENTION, TRANSLATE, Engine
 from .study import head_study
@@ -27,7 +28,6 @@ class Batching:
     max_batch_tokens: int = 2048
 
     def __post_init__(self):
-        from ..errors import ConfigError
         if not (0 <= self.max_wait_ms <= 1000 and self.max_batch_tokens >= 1):
             raise ConfigError("batching.max_wait_ms must be 0-1000 and batching.max_batch_tokens "
                               ">= 1")
