@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	# mxnet 1.9 needs numpy<1.24; gluonnlp 0.10 is an sdist; pip builds it in an isolated env (its own Cython).
 	$(PY) -m pip install -q "numpy==1.23.5" "mxnet==1.9.1"
 	$(PY) -m pip install -q "gluonnlp==0.10.0"
-	$(PY) -m pip install -q -e ".[test,serve]"
+	$(PY) -m pip install -q -e ".[test,serve,deploy]"
 	# mtx's native CPU kernels (mtx/kernels): built with g++ now; without one, MXNet's ops are used.
 	$(PY) -c "import mtx.kernels as k; print('native kernels:', 'built' if k.load() else 'not built')"
 	touch $(STAMP)

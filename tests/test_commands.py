@@ -13,7 +13,7 @@ from conftest import ROOT, run_command
 from mtx import datadir
 
 CONF = ROOT / "conf"
-HYDRA_COMMANDS = ("train", "translate", "evaluate", "heads", "serve")
+HYDRA_COMMANDS = ("train", "translate", "evaluate", "heads", "serve", "export")
 
 
 def groups_of(config_name):

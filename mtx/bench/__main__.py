@@ -4,6 +4,7 @@
                         [--run RUN_DIR] [--out FILE]
     python -m mtx.bench train --impl IMPL[,IMPL...] [--seconds 60] [--warmup-steps 20] [--out FILE]
     python -m mtx.bench decode --impl IMPL[,IMPL...] [--steps 64] [--max-sentences N] [--out FILE]
+    python -m mtx.bench decode --run RUN_DIR [--impl mtx,mtx-bf16,ct2-float32,ct2-int8] [--out FILE]
     python -m mtx.bench profile --impl IMPL[,IMPL...] [--steps 20] [--out FILE]
     python -m mtx.bench translate --run RUN_DIR [--beam 5] [--max-sentences N] [--out FILE]
     python -m mtx.bench compare-runs RUN_DIR RUN_DIR... [--steps 64] [--rounds 3] [--out FILE]
@@ -16,8 +17,10 @@ implementation, fp32 (mtx-bf16: mtx with bfloat16 matrix multiplies), OMP_NUM_TH
 With one --impl the measurement runs in this process; with several (and in `all`) each runs in a
 process of its own (`python -m mtx.bench <command> --impl X --out FILE`). `all` measures training
 and decoding (plus mtx-recompute, mtx's decoder without its cache) and, with --run, the trained
-run's beam-1 and beam-5 translation. Tables go to stdout, progress to stderr; files are written
-only to --out.
+run's beam-1 and beam-5 translation. `decode --run` puts mtx and the run exported to CTranslate2
+(ct2-float32, ct2-int8: `mtx.deploy`) side by side on the run's own weights: each translates the
+run's test split with beam 5 and greedily, in a process of its own (`workers.measure_run_decode`).
+Tables go to stdout, progress to stderr; files are written only to --out.
 """
 import argparse
 import dataclasses
@@ -28,15 +31,16 @@ from pathlib import Path
 
 from ..errors import USER_ERROR, ConfigError, MtxError
 from . import inputs, workers
-from .impls import DECODE_IMPLS, TRAIN_IMPLS
+from .impls import CT2_QUANTIZATIONS, DECODE_IMPLS, RUN_IMPLS, TRAIN_IMPLS
 
 DEFAULT_SECONDS = 60.0        # measured training seconds per implementation
 DEFAULT_DECODE_STEPS = 64     # forced greedy decoding steps
 DEFAULT_PROFILE_STEPS = 20    # profiled training steps per implementation
 DEFAULT_ROUNDS = 3            # rounds of compare-runs
 TRANSLATE_BEAMS = (1, 5)      # `all --run`: greedy and the default beam
+CHILD_FLAGS = {"decode_run": "--run"}  # options whose flag is not --<dest>
 CHILD_OPTIONS = {"train": ("model", "data", "seconds", "warmup_steps"),
-                 "decode": ("model", "data", "steps", "max_sentences"),
+                 "decode": ("model", "data", "steps", "max_sentences", "decode_run"),
                  "profile": ("model", "data", "steps", "warmup_steps")}
 log = logging.getLogger("mtx.bench")
 
@@ -60,14 +64,18 @@ def measure(kind, args, name):
     from .peers import PEER_PACKAGES, installed
     if not installed(name):
         raise ConfigError(f"--impl {name}: not installed; pip install {PEER_PACKAGES[name]}")
-    if name != "gluonnlp":  # gluonnlp 0.10 runs on the legacy ndarray API
-        use_numpy_interface()
+    if name != "gluonnlp" and name not in CT2_QUANTIZATIONS:  # gluonnlp: the legacy API;
+        use_numpy_interface()                                     # CTranslate2: no MXNet
     if kind == "translate":
         result, model_cfg = workers.measure_translate(args.run, args.beam, args.max_sentences)
     elif kind == "train":
         result, model_cfg = workers.measure_train(name, args.model, args.data, args.seconds,
                                                   args.warmup_steps)
+    elif kind == "decode" and args.decode_run:
+        result, model_cfg = workers.measure_run_decode(name, args.decode_run, args.max_sentences)
     elif kind == "decode":
+        if name in CT2_QUANTIZATIONS:
+            raise ConfigError(f"--impl {name} translates a trained run: give --run RUN_DIR")
         result, model_cfg = workers.measure_decode(name, args.model, args.data, args.steps,
                                                    args.max_sentences)
     else:
@@ -91,8 +99,8 @@ def measure_in_children(kind, args, names, report):
         if not installed(name):
             report[kind][name] = {"skipped": f"{name} not installed ({PEER_PACKAGES[name]})"}
             continue
-        options = [(f"--{key.replace('_', '-')}", getattr(args, key))
-                   for key in CHILD_OPTIONS[kind] if getattr(args, key) is not None]
+        options = [(CHILD_FLAGS.get(key, f"--{key.replace('_', '-')}"), getattr(args, key))
+                   for key in CHILD_OPTIONS[kind] if getattr(args, key, None) is not None]
         child = workers.run_child(kind, "--impl", name, *[x for pair in options for x in pair])
         report[kind][name] = child_result(child, kind, name)
         if child.get("model_config"):
@@ -106,6 +114,10 @@ def run_measurements(args):
     """train, decode, profile: one implementation here, several in child processes."""
     from . import tables
     from .machine import describe
+    if args.command == "decode" and args.impl is None:
+        if not args.decode_run:
+            raise ConfigError("decode: give --impl IMPL[,IMPL...], or --run RUN_DIR")
+        args.impl = ",".join(RUN_IMPLS)
     names = impl_names(args.impl, DECODE_IMPLS if args.command == "decode" else TRAIN_IMPLS)
     if len(names) == 1:
         report = measure(args.command, args, names[0])
@@ -194,8 +206,12 @@ def build_parser():
     p.add_argument("--run", help="a trained run: also time its beam-1 / beam-5 translation")
     add_impl(sub.add_parser("train", parents=[common, config, training],
                             help="training throughput"))
-    add_impl(sub.add_parser("decode", parents=[common, config, decoding],
-                            help="greedy decoding speed"))
+    p = sub.add_parser("decode", parents=[common, config, decoding],
+                       help="greedy decoding speed; --run: mtx and CTranslate2 on a trained run")
+    p.add_argument("--impl", help=f"implementation(s), comma-separated: {', '.join(DECODE_IMPLS)} "
+                   f"(ct2-*: with --run only; default with --run: {','.join(RUN_IMPLS)})")
+    p.add_argument("--run", dest="decode_run", help="a trained run: each implementation "
+                   "translates its test split with its weights, beam 5 and greedy, with sacreBLEU")
     p = sub.add_parser("profile", parents=[common, config], help="MXNet profiler, ms per operator")
     add_impl(p)
     p.add_argument("--steps", type=int, default=DEFAULT_PROFILE_STEPS, help="profiled steps")

@@ -3,6 +3,8 @@
     mtx, mtx-bf16   mtx in float32 / with bfloat16 matrix multiplies (train.precision)
     mtx-recompute   (decoding only) mtx without its key/value cache: the whole prefix at each step
     gluonnlp, d2l   the peers (`mtx.bench.peers`)
+    ct2-float32, ct2-int8   (decoding a trained run only, ``decode --run``) the run exported to
+                    CTranslate2 with float32 / int8 weights (`mtx.deploy`)
 
 A training step is a callable ``step(batch) -> loss array`` (the step is done when the array is
 read); a greedy decoder is ``greedy(src, src_len, steps, bos) -> (B, steps) ids`` that always
@@ -12,12 +14,16 @@ decodes exactly ``steps`` positions (no early stop, so every model does the same
 from .peers import PEERS
 
 MTX_PRECISIONS = {"mtx": "float32", "mtx-bf16": "bfloat16"}
+CT2_QUANTIZATIONS = {"ct2-float32": "float32", "ct2-int8": "int8"}  # mtx-export quantization=
 TRAIN_IMPLS = (*MTX_PRECISIONS, *PEERS)
-DECODE_IMPLS = (*TRAIN_IMPLS, "mtx-recompute")
+DECODE_IMPLS = (*TRAIN_IMPLS, "mtx-recompute", *CT2_QUANTIZATIONS)
+RUN_IMPLS = (*MTX_PRECISIONS, *CT2_QUANTIZATIONS)  # what `decode --run` measures by default
 
 
 def precision_of(name):
-    """The matrix-multiply precision implementation ``name`` runs in."""
+    """The matrix-multiply precision (CTranslate2: the stored weights) of ``name``."""
+    if name in CT2_QUANTIZATIONS:
+        return CT2_QUANTIZATIONS[name]
     return MTX_PRECISIONS.get(name.replace("-recompute", ""), "float32")
 
 
@@ -92,3 +98,43 @@ def greedy_decoder(name, model_cfg):
     model = mtx_model(model_cfg, precision_of(name))
     search = recompute_greedy if name.endswith("-recompute") else cached_greedy
     return lambda src, src_len, steps, bos: search(model, src, src_len, steps, bos)
+
+
+def run_translators(name, run_dir, tmp_dir):
+    """Implementation ``name`` on trained run ``run_dir`` -> (``make(decode_cfg)``, a translator
+    with ``translate(lines) -> lines``; the run's tokenizer). mtx rows load the run here (mtx-bf16
+    with bfloat16 products); CTranslate2 rows export it first in another process (``python -m
+    mtx.commands.export``, into ``tmp_dir``), so this process never loads MXNet and its peak
+    memory is CTranslate2's own."""
+    from ..config import DecodeConfig
+    if name in CT2_QUANTIZATIONS:
+        from ..deploy.backend import CTranslate2Translator
+        model_dir = export_in_child(run_dir, CT2_QUANTIZATIONS[name], tmp_dir)
+        loaded = CTranslate2Translator(model_dir, DecodeConfig())
+        return loaded.with_settings, loaded.tokenizer
+    import mxnet as mx
+    from ..precision import set_precision
+    from ..rundir import load_run
+    from ..search import Translator
+    model, tokenizer, _ = load_run(run_dir, mx.cpu())
+    set_precision(model, MTX_PRECISIONS[name])
+    model.hybridize(static_alloc=True)
+    return (lambda decode_cfg: Translator(model, tokenizer, decode_cfg, mx.cpu())), tokenizer
+
+
+def export_in_child(run_dir, quantization, tmp_dir):
+    """``mtx-export ckpt=run_dir quantization=...`` in a new process -> the model directory."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    from ..deploy import require
+    from ..errors import ConfigError
+    require()  # the install hint, before a process is started
+    model_dir = Path(tmp_dir) / f"ct2-{quantization}"
+    done = subprocess.run([sys.executable, "-m", "mtx.commands.export", f"ckpt={run_dir}",
+                           f"quantization={quantization}", f"output={model_dir}"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise ConfigError(f"exporting {run_dir} failed: {lines[-1] if lines else done.returncode}")
+    return model_dir

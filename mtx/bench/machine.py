@@ -28,11 +28,17 @@ def cpu_info(path=CPUINFO):
 
 
 def describe():
-    """CPU model and its AVX512/AMX flags, core count, MXNet version, OMP_NUM_THREADS."""
-    import mxnet as mx
+    """CPU model and its AVX512/AMX flags, core count, MXNet and CTranslate2 versions,
+    OMP_NUM_THREADS. The versions come from the package metadata: importing MXNet would add its
+    memory to the peak of a process that measures CTranslate2."""
+    from importlib.metadata import PackageNotFoundError, version
     model, flags = cpu_info()
-    return {"cpu": model, "cpu_flags": flags, "cores": os.cpu_count(),
-            "mxnet": mx.__version__, "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+    try:
+        ctranslate2 = version("ctranslate2")
+    except PackageNotFoundError:
+        ctranslate2 = None
+    return {"cpu": model, "cpu_flags": flags, "cores": os.cpu_count(), "mxnet": version("mxnet"),
+            "ctranslate2": ctranslate2, "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
 
 
 def kernel_status():

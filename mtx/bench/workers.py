@@ -3,7 +3,9 @@
 
 Training: target tokens/s over consecutive steps on the common batches after WARMUP_STEPS steps,
 the median over windows of at least WINDOW_SECONDS, and model FLOP/s (`mtx.bench.flops`).
-Decoding: greedy, DECODE_BATCH sentences a batch, the same forced number of steps for everyone.
+Decoding: greedy, DECODE_BATCH sentences a batch, the same forced number of steps for everyone;
+with a trained run (``decode --run``), each implementation translates the run's test split with
+the run's weights, with beam 5 and greedily, as a user would (`measure_run_decode`).
 """
 import itertools
 import json
@@ -18,7 +20,7 @@ import numpy as onp
 
 from . import inputs
 from .flops import train_flops
-from .impls import greedy_decoder, precision_of, training_step
+from .impls import greedy_decoder, precision_of, run_translators, training_step
 from .machine import kernel_status
 
 WARMUP_STEPS = 20                # training steps before any timing (graphs, allocator, caches)
@@ -136,6 +138,40 @@ def measure_translate(run_dir, beam, max_sentences=None):
     return {"sent_s": scores["sentences_per_second"], "seconds": scores["decode_seconds"],
             "tok_s": round(tokens / scores["decode_seconds"], 1), "sacrebleu": scores["sacrebleu"],
             "precision": "float32", "kernels": kernel_status()}, model.cfg
+
+
+def timed_translation(translator, tokenizer, src, ref):
+    """Translate ``src`` once untimed (its first TRANSLATE_WARMUP_SENTENCES lines), then timed:
+    seconds, sentences/s, output subwords/s (EOS included) and sacreBLEU."""
+    from ..bleu import sacre_bleu
+    translator.translate(src[:TRANSLATE_WARMUP_SENTENCES])
+    tic = time.perf_counter()
+    hyps = translator.translate(src)
+    seconds = time.perf_counter() - tic
+    subwords = sum(len(ids) + 1 for ids in tokenizer.encode(hyps))
+    return {"seconds": round(seconds, 2), "sent_s": round(len(src) / seconds, 1),
+            "subwords_s": round(subwords / seconds, 1),
+            "sacrebleu": round(sacre_bleu(hyps, ref)["score"], 2)}
+
+
+def measure_run_decode(name, run_dir, max_sentences=None):
+    """Implementation ``name`` translating trained run ``run_dir``'s test split with the run's
+    weights: beam 5 (conf/decode/beam.yaml) and greedy (conf/decode/greedy.yaml), the same
+    sentences and threads for every implementation -> (result, the run's ModelConfig)."""
+    from ..config import DataConfig, ModelConfig
+    from ..errors import CheckpointError
+    from ..files import read_json
+    run_dir = Path(run_dir)
+    model_cfg = ModelConfig(**read_json(run_dir / "model.json", CheckpointError, "model config"))
+    data_cfg = DataConfig(**read_json(run_dir / "data.json", CheckpointError, "data config"))
+    src, ref = inputs.test_text(data_cfg, max_sentences)
+    result = {}
+    with tempfile.TemporaryDirectory(prefix="mtx-bench-run-") as tmp:
+        make, tokenizer = run_translators(name, run_dir, tmp)
+        for beam, label in ((5, "beam5"), (1, "greedy")):
+            timed = timed_translation(make(inputs.decode_config(beam)), tokenizer, src, ref)
+            result.update({f"{label}_{key}": value for key, value in timed.items()})
+    return {**result, "sentences": len(src), **impl_facts(name)}, model_cfg
 
 
 def run_child(command, *args):

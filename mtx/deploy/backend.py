@@ -1,0 +1,167 @@
+"""Translation with a CTranslate2 export: `CTranslate2Translator` keeps the promises of
+`mtx.search.Translator` (lines in, per line the n-best (text, score) in input order; an empty
+line gives ''; a line longer than the model's positions is cut, with a warning).
+
+The decoding settings mean what they mean in mtx:
+- ``max_len_a/b``: a sentence of S source subwords (with its EOS) gets at most
+  ``min(ceil(a*S + b), max_len - 1)`` output subwords. CTranslate2 takes one
+  ``max_decoding_length`` per call, so sentences are grouped by their limit.
+- ``length_penalty`` is GNMT's alpha: CTranslate2 ranks finished hypotheses by
+  ``sum_logp / length ** alpha``, so it is asked for all the hypotheses it finished, with their
+  EOS (``return_end_token``, so a length counts the EOS as mtx's does); each score is turned back
+  into its sum of log-probabilities and scored ``sum_logp / ((5 + length) / 6) ** alpha`` as in
+  `mtx.search`, and the best ``nbest`` are kept.
+- The search itself is CTranslate2's: a finished hypothesis leaves the beam (mtx keeps it in its
+  slot, where better candidates may push it out) and the search stops after ``PATIENCE *
+  beam_size`` finished hypotheses (mtx: when every slot holds a finished one). The empty
+  hypothesis (EOS first) is dropped from a beam's results when there are others: mtx's beam
+  pushes it out at the second step unless it is among the best ``beam_size`` candidates there,
+  CTranslate2 keeps it and, at low length penalties, would return it. (Forbidding it with
+  ``min_decoding_length=1`` would renormalise the first step's probabilities without EOS and
+  change every score.) Greedy search is the same algorithm in both, EOS allowed at once. Where
+  the two beams still end differently, each explored hypotheses the other did not; `PATIENCE`'s
+  comment has a measurement, docs/deploy.md the table.
+"""
+import copy
+import math
+import os
+import sys
+
+from ..vocab import EOS
+from . import require
+from .export import read_export_info
+
+DEVICES = {"cpu": "cpu", "gpu": "cuda", "auto": "auto"}
+# CTranslate2 ends a beam search after PATIENCE * beam_size finished hypotheses. With 1 (its
+# default) it stopped earlier than mtx: on the first 300 test_2016_flickr sentences of the default
+# run (beam 5, length penalty 1) 12 best hypotheses differed from mtx's, each with a lower GNMT
+# score than mtx's; with 2, one differed, and it scored higher than mtx's (2026-11-30, Intel
+# Xeon, 2 threads: 11.4 s against 13.7 s, in one round on a shared machine).
+PATIENCE = 2
+
+
+def gnmt_penalty(length, alpha):
+    """``((5 + length) / 6) ** alpha``, `mtx.search`'s length penalty (that module is not
+    imported: it loads MXNet, which this backend does not need)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def ct2_device(device):
+    """mtx's device names (cpu, cpu:N, gpu, gpu:N, auto) -> (CTranslate2 device, index)."""
+    from ..errors import ConfigError
+    kind, _, index = str(device).partition(":")
+    if kind not in DEVICES or (index and not index.isdigit()):
+        raise ConfigError(f"device={device} is not a device name: use cpu, gpu, gpu:N or auto")
+    return DEVICES[kind], int(index or 0) if kind == "gpu" else 0
+
+
+def output_limit(num_src_ids, decode_cfg, max_len):
+    """Output subwords allowed for a source of ``num_src_ids`` ids (EOS not counted), as
+    `mtx.search.beam_search` computes it."""
+    src_valid_len = num_src_ids + 1  # with its EOS
+    limit = math.ceil(decode_cfg.max_len_a * src_valid_len + decode_cfg.max_len_b)
+    return max(1, min(limit, max_len - 1))
+
+
+class CTranslate2Translator:
+    """Lines of text -> lines of text with an exported model directory (`mtx.deploy.export`)."""
+
+    def __init__(self, model_dir, decode_cfg, device="cpu", compute_type="default", threads=0):
+        from ..corpus import load_tokenizer
+        ctranslate2 = require()
+        info = read_export_info(model_dir)
+        self.cfg, self.info = decode_cfg, info
+        self.max_len = info["model"]["max_len"]
+        self.max_src_len = self.max_len - 1
+        self.tokenizer = load_tokenizer(model_dir)
+        self.pieces = self.tokenizer.pieces(range(len(self.tokenizer)))
+        self.ids = {piece: i for i, piece in enumerate(self.pieces)}
+        kind, index = ct2_device(device)
+        self.translator = ctranslate2.Translator(
+            str(model_dir), device=kind, device_index=index, compute_type=compute_type,
+            inter_threads=1, intra_threads=threads or int(os.environ.get("OMP_NUM_THREADS", 0)))
+
+    def with_settings(self, decode_cfg):
+        """The same loaded model with other decoding settings."""
+        other = copy.copy(self)
+        other.cfg = decode_cfg
+        return other
+
+    def _search(self, rows, limit):
+        """Source id lists sharing output limit ``limit`` -> per row [(ids, score)]."""
+        cfg, alpha = self.cfg, self.cfg.length_penalty
+        beam = cfg.beam_size > 1
+        results = self.translator.translate_batch(
+            [[self.pieces[i] for i in ids] for ids in rows], beam_size=cfg.beam_size,
+            patience=PATIENCE if beam else 1, length_penalty=alpha, return_scores=True,
+            num_hypotheses=round(cfg.beam_size * PATIENCE) if beam else 1, return_end_token=True,
+            min_decoding_length=0, max_decoding_length=limit, max_input_length=0,
+            max_batch_size=cfg.batch_tokens, batch_type="tokens")
+        out = []
+        for result in results:
+            hyps = []
+            for tokens, score in zip(result.hypotheses, result.scores):
+                length = len(tokens)  # CTranslate2 divided by length ** alpha, EOS included
+                raw = score * length ** alpha
+                ids = [self.ids[t] for t in tokens]
+                hyps.append((ids[:-1] if ids and ids[-1] == EOS else ids,
+                             float(raw / gnmt_penalty(length, alpha))))
+            if beam:  # the EOS-first hypothesis, which mtx's beam drops (module docstring)
+                hyps = [h for h in hyps if h[0]] or hyps
+            hyps.sort(key=lambda h: -h[1])
+            out.append(hyps[:cfg.nbest])
+        return out
+
+    def translate_ids(self, src_ids):
+        """Lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of them)."""
+        results = [[([], 0.0)] for _ in src_ids]
+        groups = {}
+        for i, ids in enumerate(src_ids):
+            if ids:
+                groups.setdefault(output_limit(len(ids), self.cfg, self.max_len), []).append(i)
+        for limit, members in groups.items():
+            for i, hyps in zip(members, self._search([src_ids[i] for i in members], limit)):
+                results[i] = hyps
+        return results
+
+    def translate(self, lines):
+        """Lines -> best translation of each (str)."""
+        return [nbest[0][0] for nbest in self.translate_nbest(lines)]
+
+    def translate_nbest(self, lines, first_line=1):
+        """Lines -> per line [(text, score)], nbest of them, best first. Lines longer than the
+        model's positions are cut, with a warning naming the line (counted from first_line):
+        the same as `mtx.search.Translator.translate_nbest`."""
+        src_ids = self.tokenizer.encode(lines)
+        for number, ids in enumerate(src_ids, first_line):
+            if len(ids) > self.max_src_len:
+                print(f"warning: line {number} has {len(ids)} subwords; translating the first "
+                      f"{self.max_src_len}", file=sys.stderr)
+                del ids[self.max_src_len:]
+        out = []
+        for nbest in self.translate_ids(src_ids):
+            texts = self.tokenizer.decode([ids for ids, _ in nbest])
+            out.append([(text, score) for text, (_, score) in zip(texts, nbest)])
+        return out
+
+
+def translator_for(cfg, decode_cfg):
+    """mtx-translate's CTranslate2 translator: ckpt= an exported directory, or a training run,
+    exported to float32 into a temporary directory first (CTranslate2 holds the model in memory
+    once loaded)."""
+    import logging
+    import tempfile
+    from ..errors import ConfigError
+    from . import is_export
+    from .export import export_run
+    if cfg.get("attention_png"):
+        raise ConfigError("attention_png= draws mtx's own attention weights: use backend=mtx with "
+                          "a training run")
+    require()
+    if is_export(cfg.ckpt):
+        return CTranslate2Translator(cfg.ckpt, decode_cfg, cfg.device)
+    with tempfile.TemporaryDirectory(prefix="mtx-ct2-") as tmp:
+        logging.getLogger("mtx").info("exporting %s to CTranslate2 (float32) for this "
+                                      "translation; mtx-export keeps one", cfg.ckpt)
+        export_run(cfg.ckpt, f"{tmp}/model", "float32", cfg.checkpoint)
+        return CTranslate2Translator(f"{tmp}/model", decode_cfg, cfg.device)
