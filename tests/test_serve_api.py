@@ -33,6 +33,7 @@ def gates(off=()):
 
 
 def test_health_and_info(server, toy_run):
+    assert server.startswith("http://127.0.0.1:")  # loopback unless host= says otherwise
     status, health, _ = get(server, "/health")
     assert status == 200 and health["status"] == "ok" and health["queued"] == 0
     status, info, _ = get(server, "/info")
