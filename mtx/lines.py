@@ -1,6 +1,7 @@
 """Reading text: parallel training/test files (strict: every line must be valid), and text to
 translate, from whole files or stdin as lines arrive (so a terminal or a pipe gets each
-translation as soon as its line is complete, and a burst of lines is one batch)."""
+translation as soon as its line is complete, and a burst of lines is one batch); and the
+line-in, line-out frame every translator shares (`LineTranslator`)."""
 import gzip
 import os
 import sys
@@ -77,3 +78,29 @@ def stream_chunks(fd, read_size=1 << 16):
             yield chunk
     if pending:
         yield [(number + 1, decode_line(pending, number + 1))]
+
+
+class LineTranslator:
+    """Lines of text -> lines of text around a subclass's `translate_ids` (source ids -> per
+    sentence [(ids, score)], best first): tokenize, cut lines longer than the model's positions,
+    detokenize. Needs ``tokenizer`` and ``max_src_len``."""
+
+    def translate(self, lines):
+        """Lines -> best translation of each (str)."""
+        return [nbest[0][0] for nbest in self.translate_nbest(lines)]
+
+    def translate_nbest(self, lines, first_line=1):
+        """Lines -> per line [(text, score)], nbest of them, best first, in input order. Lines
+        longer than the model's positions are cut, with a warning naming the line (counted from
+        first_line)."""
+        src_ids = self.tokenizer.encode(lines)
+        for number, ids in enumerate(src_ids, first_line):
+            if len(ids) > self.max_src_len:
+                print(f"warning: line {number} has {len(ids)} subwords; translating the first "
+                      f"{self.max_src_len}", file=sys.stderr)
+                del ids[self.max_src_len:]
+        out = []
+        for nbest in self.translate_ids(src_ids):
+            texts = self.tokenizer.decode([ids for ids, _ in nbest])
+            out.append([(text, score) for text, (_, score) in zip(texts, nbest)])
+        return out

@@ -5,12 +5,12 @@ Scores are sums of log-probabilities; beam search ranks hypotheses by the GNMT l
 score ``sum_logp / ((5 + length) / 6) ** alpha`` (Wu et al. 2016), length counting the EOS
 (but not the EOS forced on a sentence that reached its length limit).
 """
-import sys
 
 import numpy as onp
 from mxnet import np, npx
 
 from .batching import sorted_batches
+from .lines import LineTranslator
 from .vocab import BOS, EOS, PAD
 
 NEG_INF = -1e30
@@ -134,7 +134,7 @@ def greedy_attention(model, src_ids, ctx, head_gates=None):
     return src_ids, out_ids, [w.asnumpy() for w in weights]
 
 
-class Translator:
+class Translator(LineTranslator):
     """Lines of text -> lines of text with a trained model: tokenize, batch by source length,
     search, detokenize, and return results in input order. Empty lines translate to ''."""
 
@@ -162,21 +162,3 @@ class Translator:
                 results[todo[j]] = h
         return results
 
-    def translate(self, lines):
-        """Lines -> best translation of each (str)."""
-        return [nbest[0][0] for nbest in self.translate_nbest(lines)]
-
-    def translate_nbest(self, lines, first_line=1):
-        """Lines -> per line [(text, score)], nbest of them, best first. Lines longer than the
-        model's positions are cut, with a warning naming the line (counted from first_line)."""
-        src_ids = self.tokenizer.encode(lines)
-        for number, ids in enumerate(src_ids, first_line):
-            if len(ids) > self.max_src_len:
-                print(f"warning: line {number} has {len(ids)} subwords; translating the first "
-                      f"{self.max_src_len}", file=sys.stderr)
-                del ids[self.max_src_len:]
-        out = []
-        for nbest in self.translate_ids(src_ids):
-            texts = self.tokenizer.decode([ids for ids, _ in nbest])
-            out.append([(text, score) for text, (_, score) in zip(texts, nbest)])
-        return out

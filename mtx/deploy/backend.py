@@ -25,8 +25,8 @@ The decoding settings mean what they mean in mtx:
 import copy
 import math
 import os
-import sys
 
+from ..lines import LineTranslator
 from ..vocab import EOS
 from . import require
 from .export import read_export_info
@@ -63,7 +63,7 @@ def output_limit(num_src_ids, decode_cfg, max_len):
     return max(1, min(limit, max_len - 1))
 
 
-class CTranslate2Translator:
+class CTranslate2Translator(LineTranslator):
     """Lines of text -> lines of text with an exported model directory (`mtx.deploy.export`)."""
 
     def __init__(self, model_dir, decode_cfg, device="cpu", compute_type="default", threads=0):
@@ -123,26 +123,6 @@ class CTranslate2Translator:
             for i, hyps in zip(members, self._search([src_ids[i] for i in members], limit)):
                 results[i] = hyps
         return results
-
-    def translate(self, lines):
-        """Lines -> best translation of each (str)."""
-        return [nbest[0][0] for nbest in self.translate_nbest(lines)]
-
-    def translate_nbest(self, lines, first_line=1):
-        """Lines -> per line [(text, score)], nbest of them, best first. Lines longer than the
-        model's positions are cut, with a warning naming the line (counted from first_line):
-        the same as `mtx.search.Translator.translate_nbest`."""
-        src_ids = self.tokenizer.encode(lines)
-        for number, ids in enumerate(src_ids, first_line):
-            if len(ids) > self.max_src_len:
-                print(f"warning: line {number} has {len(ids)} subwords; translating the first "
-                      f"{self.max_src_len}", file=sys.stderr)
-                del ids[self.max_src_len:]
-        out = []
-        for nbest in self.translate_ids(src_ids):
-            texts = self.tokenizer.decode([ids for ids, _ in nbest])
-            out.append([(text, score) for text, (_, score) in zip(texts, nbest)])
-        return out
 
 
 def translator_for(cfg, decode_cfg):
