@@ -71,10 +71,10 @@ def test_gates_switch_heads_off(server):
     """With every cross-attention head off the decoder cannot see the source: two sources of
     the same length get the same output (and the all-ones gates are the plain model)."""
     sources = ["w1 w2 w3", "w4 w5 w6"]
-    plain = post(server, "/translate", {"text": sources, "gates": gates()})[1]["translations"]
-    assert plain == ["w3 w2 w1", "w6 w5 w4"]
+    plain = post(server, "/translate", {"text": sources, "gates": gates(), "beam_size": 1})
+    assert plain[1]["translations"] == ["w3 w2 w1", "w6 w5 w4"]
     blind = gates([(a, h) for a in CROSS for h in range(HEADS)])
-    status, out, _ = post(server, "/translate", {"text": sources, "gates": blind})
+    status, out, _ = post(server, "/translate", {"text": sources, "gates": blind, "beam_size": 1})
     assert status == 200 and out["translations"][0] == out["translations"][1]
 
 
@@ -152,7 +152,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(server):
 
     def client(c):
         start.wait()
-        answers[c] = post(server, "/translate", {"text": jobs[c], "beam_size": 2})
+        answers[c] = post(server, "/translate", {"text": jobs[c], "beam_size": 1})
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(len(jobs))]
     for thread in threads:

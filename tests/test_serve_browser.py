@@ -80,7 +80,7 @@ def study_run(toy_run, tmp_path_factory):
 @pytest.fixture(scope="module")
 def page(study_run, browser):
     run, _, _ = study_run
-    process = start_server(run)
+    process = start_server(run, "decode=greedy")  # the page's default beam: 1
     browser.get(process.url + "/")
     yield browser, process.url
     assert process.stop() == 0, process.log[-5:]
