@@ -52,7 +52,7 @@ def test_health_and_info(server, toy_run):
 @pytest.mark.parametrize("beam", [1, 5])
 def test_translations_come_back_in_order(server, beam):
     status, out, _ = post(server, "/translate", {"text": ["w1 w2 w3", "", "w4 w5 w6 w7"],
-                                                 "beam_size": beam})
+                                                 "beam_size": beam, "length_penalty": 1.0})
     assert status == 200, out
     assert out["translations"] == ["w3 w2 w1", "", "w7 w6 w5 w4"]
     assert len(out["scores"]) == 3 and "nbest" not in out
