@@ -132,7 +132,8 @@ def test_evaluate_script_scores_files(toy_run, tmp_path):
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     out = done.stdout.decode()
     assert "src.txt sacrebleu = 100.00  nrefs:1|case:mixed" in out and "chrf" in out
-    scores = json.loads((toy_run / "eval" / "src.txt.beam3.lp1.0.json").read_text())
+    lp = DecodeConfig().length_penalty  # decode=beam's (the dataclass default is the same)
+    scores = json.loads((toy_run / "eval" / f"src.txt.beam3.lp{lp}.json").read_text())
     assert scores["exact_match"] == 100.0
 
 
