@@ -42,16 +42,16 @@ def masked_softmax(scores, valid_lens, F=nd):
 
 def transpose_qkv(X, num_heads, F=nd):
     """(B, L, D) -> (B*H, L, Dh): split the width into heads so all heads run as one batch."""
-    X = F.npx.reshape(X, (-2, -2, num_heads, -1))  # (B, L, D) -> (B, L, H, Dh)
+    X = ops.reshape(F, X, (-2, -2, num_heads, -1))  # (B, L, D) -> (B, L, H, Dh)
     X = ops.transpose(F, X, (0, 2, 1, 3))  # -> (B, H, L, Dh)
-    return F.npx.reshape(X, (-5, -2, -2))  # -> (B*H, L, Dh)
+    return ops.reshape(F, X, (-5, -2, -2))  # -> (B*H, L, Dh)
 
 
 def transpose_output(X, num_heads, F=nd):
     """(B*H, L, Dh) -> (B, L, D): the inverse of `transpose_qkv`."""
-    X = F.npx.reshape(X, (-6, -1, num_heads, -2, -2))  # (B*H, L, Dh) -> (B, H, L, Dh)
+    X = ops.reshape(F, X, (-6, -1, num_heads, -2, -2))  # (B*H, L, Dh) -> (B, H, L, Dh)
     X = ops.transpose(F, X, (0, 2, 1, 3))  # -> (B, L, H, Dh)
-    return F.npx.reshape(X, (-2, -2, -5))  # -> (B, L, D)
+    return ops.reshape(F, X, (-2, -2, -5))  # -> (B, L, D)
 
 
 def gate_row(head_gates, row, num_heads):

@@ -7,8 +7,9 @@ score ``sum_logp / ((5 + length) / 6) ** alpha`` (Wu et al. 2016), length counti
 """
 
 import numpy as onp
-from mxnet import np, npx
+from mxnet import nd, np, npx
 
+from . import ops
 from .batching import sorted_batches
 from .lines import LineTranslator
 from .vocab import BOS, EOS, PAD
@@ -29,10 +30,7 @@ def _max_steps(src_valid_len, max_len_a, max_len_b, limit):
 def _reorder_state(state, rows):
     """Keep decoder-cache rows ``rows`` (B*K,) of every self-attention cache (B*K*H, t, Dh)."""
     for cache in state["caches"]:
-        k, v = cache["self"]
-        heads = k.shape[0] // rows.shape[0]
-        cache["self"] = tuple(npx.reshape(np.take(npx.reshape(x, (-6, -1, heads, -2, -2)),
-                                                  rows, axis=0), (-5, -2, -2)) for x in (k, v))
+        cache["self"] = tuple(ops.take_groups(x, rows, rows.shape[0]) for x in cache["self"])
 
 
 def _expand_state(state, beam_size):
@@ -41,8 +39,8 @@ def _expand_state(state, beam_size):
         k, v = cache["cross"]
         heads = k.shape[0] // state["src_valid_len"].shape[0]
         cache["cross"] = tuple(
-            npx.reshape(np.repeat(npx.reshape(x, (-6, -1, heads, -2, -2)), beam_size, axis=0),
-                        (-5, -2, -2)) for x in (k, v))  # (B*H, S, Dh) -> (B*K*H, S, Dh)
+            ops.reshape(nd, np.repeat(ops.reshape(nd, x, (-6, -1, heads, -2, -2)), beam_size,
+                                      axis=0), (-5, -2, -2)) for x in (k, v))  # -> (B*K*H, S, Dh)
     state["src_valid_len"] = np.repeat(state["src_valid_len"], beam_size, axis=0)
 
 
