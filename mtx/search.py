@@ -48,7 +48,11 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
                 max_len_a=1.5, max_len_b=10, nbest=1, head_gates=None):
     """src_tokens (B, S), src_valid_len (B,) on the model's device -> for each sentence a list of
     ``nbest`` (token ids without EOS, normalised score), best first. Beam 1 is greedy search.
-    ``head_gates`` (A, H) scales heads as in `Transformer.forward`."""
+    ``head_gates`` (A, H) scales heads as in `Transformer.forward`.
+
+    Each step keeps, per hypothesis, only its K best next tokens (the length penalty is the same
+    for every token of a hypothesis, so the sentence's K best candidates are among those), then
+    ranks the K*K candidates of each sentence."""
     B, K = src_tokens.shape[0], beam_size
     ctx = src_tokens.ctx
     limits, steps = _max_steps(src_valid_len.asnumpy(), max_len_a, max_len_b,
@@ -62,24 +66,25 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
     finished = np.zeros((B * K,), ctx=ctx)
     length = np.zeros((B * K,), ctx=ctx)  # (B*K,) incl. EOS; frozen at EOS or at the limit
     history = []  # per step: (tokens (B*K,), origin rows (B*K,))
-    eos_only = np.full((1, 1), NEG_INF, ctx=ctx)
     for t in range(steps):
         log_probs, _ = model.step(tokens, state)  # (B*K, V)
         V = log_probs.shape[1]
-        is_eos = (np.arange(V, ctx=ctx) == EOS).reshape(1, -1)  # (1, V)
-        only_eos = np.where(is_eos, 0.0, eos_only)  # (1, V): EOS at no cost, all else impossible
+        top_lp, top_ids = npx.topk(log_probs, k=min(K, V), axis=-1, ret_typ="both")  # (B*K, C)
+        C = top_lp.shape[1]
         stop = (finished.reshape(-1, 1) + (limits <= t).astype("float32")) > 0  # (B*K, 1)
-        log_probs = np.where(stop, only_eos, log_probs)
-        cand_raw = raw.reshape(-1, 1) + log_probs  # (B*K, V)
-        new_len = length.reshape(-1, 1) + 1 - stop.astype("float32")  # (B*K, 1) stopped: kept
-        cand = cand_raw / _length_penalty(new_len, length_penalty)
-        cand = npx.reshape(cand, (-1, K * V))  # (B*K, V) -> (B, K*V)
+        # a stopped hypothesis has one continuation, EOS at no cost (and no added length)
+        top_lp = np.where(stop, _eos_only_scores(C, ctx), top_lp)
+        top_ids = np.where(stop, float(EOS), top_ids)
+        cand_raw = raw.reshape(-1, 1) + top_lp  # (B*K, C)
+        new_len = length.reshape(-1, 1) + 1 - stop.astype("float32")  # (B*K, 1)
+        cand = npx.reshape(cand_raw / _length_penalty(new_len, length_penalty), (-1, K * C))
         best = npx.topk(cand, k=K, axis=-1, ret_typ="indices", dtype="float32")  # (B, K)
-        beam = np.floor(best / V)  # (B, K): which of the sentence's beams it extends
-        tokens = (best - beam * V).reshape(-1).astype("int32")  # (B*K,)
-        origin = (beam + np.arange(B, dtype="float32", ctx=ctx).reshape(-1, 1) * K).reshape(-1)
-        origin = origin.astype("int32")  # (B*K,) rows of the previous step
-        raw = np.take(cand_raw.reshape(-1), origin * V + tokens)
+        beam = np.floor(best / C)  # which of the sentence's beams each winner extends
+        offsets = np.arange(B, dtype="float32", ctx=ctx).reshape(-1, 1) * K
+        origin = (beam + offsets).reshape(-1).astype("int32")  # (B*K,) rows of the step before
+        picked = (origin * C + (best - beam * C).reshape(-1).astype("int32"))  # in (B*K*C,)
+        tokens = np.take(top_ids.reshape(-1), picked).astype("int32")
+        raw = np.take(cand_raw.reshape(-1), picked)
         length = np.take(new_len.reshape(-1), origin)
         finished = np.maximum(np.take(finished, origin), (tokens == EOS).astype("float32"))
         _reorder_state(state, origin)
@@ -87,6 +92,11 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
         if bool(finished.min() > 0):
             break
     return _backtrack(history, raw, length, B, K, length_penalty, nbest)
+
+
+def _eos_only_scores(C, ctx):
+    """(1, C): the first candidate (EOS) at no cost, the others impossible."""
+    return np.array([[0.0] + [NEG_INF] * (C - 1)], dtype="float32", ctx=ctx)
 
 
 def _backtrack(history, raw, length, B, K, alpha, nbest):
