@@ -9,6 +9,7 @@ from mxnet.gluon import nn
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
 
+from . import ops
 from .attention import MultiHeadAttention, gate_row
 from .config import ModelConfig
 from .layers import LayerNorm, PositionWiseFFN, Residual
@@ -59,10 +60,12 @@ class DecoderBlock(HybridBlock):
         Y = self.addnorm2(Y, out)
         return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), self_weights, cross_weights
 
-    def step(self, y, cache, src_valid_len, head_gates=None):
-        """One position: y (B, 1, D) -> (B, 1, D). ``cache`` holds this layer's 'cross' (K, V)
-        and 'self' (K, V) of the earlier positions, each (B*H, t, Dh); 'self' grows here.
-        Also returns the self- and cross-attention weights, (B*H, 1, t+1) and (B*H, 1, S)."""
+    def step(self, y, cache, src_valid_len, head_gates=None, beam_size=1):
+        """One position of B*K hypotheses (rows b*K + k): y (B*K, 1, D) -> (B*K, 1, D).
+        ``cache`` holds this layer's 'self' keys and values of the earlier positions, each
+        (B*K*H, t, Dh), grown here, and the 'cross' ones of the source, each (B*H, S, Dh): the
+        K queries of a sentence attend to them as one (B, K, D) batch. Also returns the self-
+        and cross-attention weights, (B*K*H, 1, t+1) and (B*H, K, S)."""
         self_gate, cross_gate = self._gates(head_gates)
         h = self.addnorm1.sublayer_input(y)
         k_new, v_new = self.self_attention.project_kv(nd, h, h)  # (B*H, 1, Dh) each
@@ -76,10 +79,10 @@ class DecoderBlock(HybridBlock):
         out, self_weights = self.self_attention.attend(nd, h, None, None, visible, self_gate,
                                                        kv_heads=cache["self"])
         y = self.addnorm1(y, out)
-        h = self.addnorm2.sublayer_input(y)
+        h = ops.reshape(nd, self.addnorm2.sublayer_input(y), (-1, beam_size, -2))  # (B, K, D)
         out, cross_weights = self.cross_attention.attend(nd, h, None, None, src_valid_len,
                                                          cross_gate, kv_heads=cache["cross"])
-        y = self.addnorm2(y, out)
+        y = self.addnorm2(y, ops.reshape(nd, out, (-1, 1, -2)))  # (B, K, D) -> (B*K, 1, D)
         y = self.addnorm3(y, self.ffn(self.addnorm3.sublayer_input(y)))
         return y, self_weights, cross_weights
 
@@ -116,9 +119,9 @@ class Decoder(HybridBlock):
         return [{"cross": block.cross_attention.project_kv(nd, memory, memory), "self": None}
                 for block in self.blocks]
 
-    def step(self, y, caches, src_valid_len, head_gates=None):
-        """y (B, 1, D), head_gates None | (A, H) -> (B, 1, D) and the last layer's
-        cross-attention weights (B*H, 1, S)."""
+    def step(self, y, caches, src_valid_len, head_gates=None, beam_size=1):
+        """y (B*K, 1, D), head_gates None | (A, H) -> (B*K, 1, D) and the last layer's
+        cross-attention weights (B*H, K, S) (`DecoderBlock.step`)."""
         for block, cache in zip(self.blocks, caches):
-            y, _, cross_weights = block.step(y, cache, src_valid_len, head_gates)
+            y, _, cross_weights = block.step(y, cache, src_valid_len, head_gates, beam_size)
         return (self.final_norm(y) if self.pre_norm else y), cross_weights

@@ -104,21 +104,24 @@ class Transformer(HybridBlock):
         head_gates = self._gates(head_gates, src_tokens)
         return self.encoder(self.src_embed(src_tokens), src_valid_len, head_gates)
 
-    def init_state(self, src_tokens, src_valid_len, head_gates=None):
-        """Decoder state for incremental decoding: per-layer caches, source lengths, gates
-        (None: the steps skip gating)."""
+    def init_state(self, src_tokens, src_valid_len, head_gates=None, beam_size=1):
+        """Decoder state for incremental decoding of ``beam_size`` hypotheses per sentence, rows
+        b*K + k: per-layer caches (cross-attention keys/values once per sentence, the beams'
+        queries attend to them together), source lengths (B,), gates (None: the steps skip
+        gating)."""
         memory = self.encode(src_tokens, src_valid_len, head_gates)
         return {"caches": self.decoder.init_cache(memory, src_valid_len),
-                "src_valid_len": src_valid_len, "t": 0, "gates": head_gates}
+                "src_valid_len": src_valid_len, "t": 0, "gates": head_gates,
+                "beam_size": beam_size}
 
     def step(self, tokens, state):
-        """tokens (B,) at position state['t'] -> log-probabilities (B, V); advances the state.
-        Also returns the last layer's cross-attention weights (B*H, 1, S)."""
-        y = self.tgt_embed.step(tokens.reshape(-1, 1), state["t"])  # (B, 1, D)
+        """tokens (B*K,) at position state['t'] -> log-probabilities (B*K, V); advances the
+        state. Also returns the last layer's cross-attention weights (B*H, K, S)."""
+        y = self.tgt_embed.step(tokens.reshape(-1, 1), state["t"])  # (B*K, 1, D)
         hidden, cross_weights = self.decoder.step(y, state["caches"], state["src_valid_len"],
-                                                  state["gates"])
+                                                  state["gates"], state["beam_size"])
         state["t"] += 1
-        logits = self.output(hidden)[:, 0, :]  # (B, 1, V) -> (B, V)
+        logits = self.output(hidden)[:, 0, :]  # (B*K, 1, V) -> (B*K, V)
         return npx.log_softmax(logits, axis=-1), cross_weights
 
     def attention_weights(self, src_tokens, src_valid_len, tgt_in, head_gates=None):

@@ -7,7 +7,7 @@ score ``sum_logp / ((5 + length) / 6) ** alpha`` (Wu et al. 2016), length counti
 """
 
 import numpy as onp
-from mxnet import nd, np, npx
+from mxnet import np, npx
 
 from . import ops
 from .batching import sorted_batches
@@ -33,17 +33,6 @@ def _reorder_state(state, rows):
         cache["self"] = tuple(ops.take_groups(x, rows, rows.shape[0]) for x in cache["self"])
 
 
-def _expand_state(state, beam_size):
-    """Repeat every sentence's state ``beam_size`` times: row b -> rows b*K .. b*K+K-1."""
-    for cache in state["caches"]:
-        k, v = cache["cross"]
-        heads = k.shape[0] // state["src_valid_len"].shape[0]
-        cache["cross"] = tuple(
-            ops.reshape(nd, np.repeat(ops.reshape(nd, x, (-6, -1, heads, -2, -2)), beam_size,
-                                      axis=0), (-5, -2, -2)) for x in (k, v))  # -> (B*K*H, S, Dh)
-    state["src_valid_len"] = np.repeat(state["src_valid_len"], beam_size, axis=0)
-
-
 def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.0,
                 max_len_a=1.5, max_len_b=10, nbest=1, head_gates=None):
     """src_tokens (B, S), src_valid_len (B,) on the model's device -> for each sentence a list of
@@ -58,8 +47,7 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
     limits, steps = _max_steps(src_valid_len.asnumpy(), max_len_a, max_len_b,
                                model.cfg.max_len - 1)
     limits = np.array(onp.repeat(limits, K), dtype="float32", ctx=ctx).reshape(-1, 1)  # (B*K, 1)
-    state = model.init_state(src_tokens, src_valid_len, head_gates)
-    _expand_state(state, K)
+    state = model.init_state(src_tokens, src_valid_len, head_gates, beam_size=K)
     tokens = np.full((B * K,), BOS, dtype="int32", ctx=ctx)
     # (B*K,) sums of log-probabilities; only the first beam of each sentence is alive at t = 0
     raw = np.array(onp.tile([0.0] + [NEG_INF] * (K - 1), B), dtype="float32", ctx=ctx)
