@@ -27,10 +27,18 @@ def _max_steps(src_valid_len, max_len_a, max_len_b, limit):
     return limits, int(limits.max())
 
 
-def _reorder_state(state, rows):
-    """Keep decoder-cache rows ``rows`` (B*K,) of every self-attention cache (B*K*H, t, Dh)."""
+def _keep_rows(state, rows, sentences=None):
+    """Reorder the decoder cache of R hypotheses (rows b*K + k) to rows ``rows`` (R',) int32 of
+    it; with ``sentences`` (R'/K,) int32 also keep only those sentences' source-side state.
+    Self caches are (R*H, t, Dh), cross caches (R/K*H, S, Dh) (`Transformer.init_state`)."""
+    hypotheses = state["src_valid_len"].shape[0] * state["beam_size"]  # R
     for cache in state["caches"]:
-        cache["self"] = tuple(ops.take_groups(x, rows, rows.shape[0]) for x in cache["self"])
+        cache["self"] = tuple(ops.take_groups(x, rows, hypotheses) for x in cache["self"])
+        if sentences is not None:
+            cache["cross"] = tuple(ops.take_groups(x, sentences, hypotheses // state["beam_size"])
+                                   for x in cache["cross"])
+    if sentences is not None:
+        state["src_valid_len"] = np.take(state["src_valid_len"], sentences, axis=0)
 
 
 def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.0,
@@ -41,45 +49,64 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
 
     Each step keeps, per hypothesis, only its K best next tokens (the length penalty is the same
     for every token of a hypothesis, so the sentence's K best candidates are among those), then
-    ranks the K*K candidates of each sentence."""
+    ranks the K*K candidates of each sentence. A sentence whose K hypotheses have all ended leaves
+    the batch: its result is read off the history and its rows are dropped from the cache."""
     B, K = src_tokens.shape[0], beam_size
     ctx = src_tokens.ctx
     limits, steps = _max_steps(src_valid_len.asnumpy(), max_len_a, max_len_b,
                                model.cfg.max_len - 1)
-    limits = np.array(onp.repeat(limits, K), dtype="float32", ctx=ctx).reshape(-1, 1)  # (B*K, 1)
+    steps = max(steps, 1)  # a limit of 0 still takes the step that forces EOS
     state = model.init_state(src_tokens, src_valid_len, head_gates, beam_size=K)
+    alive = onp.arange(B)  # the sentence of each group of K rows
+    limit = np.array(onp.repeat(limits, K), dtype="float32", ctx=ctx).reshape(-1, 1)  # (B*K, 1)
     tokens = np.full((B * K,), BOS, dtype="int32", ctx=ctx)
     # (B*K,) sums of log-probabilities; only the first beam of each sentence is alive at t = 0
     raw = np.array(onp.tile([0.0] + [NEG_INF] * (K - 1), B), dtype="float32", ctx=ctx)
     finished = np.zeros((B * K,), ctx=ctx)
     length = np.zeros((B * K,), ctx=ctx)  # (B*K,) incl. EOS; frozen at EOS or at the limit
-    history = []  # per step: (tokens (B*K,), origin rows (B*K,))
+    history = []  # per step, host arrays over that step's rows: (tokens, rows of the step before)
+    results = [None] * B
     for t in range(steps):
-        log_probs, _ = model.step(tokens, state)  # (B*K, V)
-        V = log_probs.shape[1]
-        top_lp, top_ids = npx.topk(log_probs, k=min(K, V), axis=-1, ret_typ="both")  # (B*K, C)
+        log_probs, _ = model.step(tokens, state)  # (R, V), R = live sentences * K
+        R, V = log_probs.shape
+        top_lp, top_ids = npx.topk(log_probs, k=min(K, V), axis=-1, ret_typ="both")  # (R, C)
         C = top_lp.shape[1]
-        stop = (finished.reshape(-1, 1) + (limits <= t).astype("float32")) > 0  # (B*K, 1)
+        stop = (finished.reshape(-1, 1) + (limit <= t).astype("float32")) > 0  # (R, 1)
         # a stopped hypothesis has one continuation, EOS at no cost (and no added length)
         top_lp = np.where(stop, _eos_only_scores(C, ctx), top_lp)
         top_ids = np.where(stop, float(EOS), top_ids)
-        cand_raw = raw.reshape(-1, 1) + top_lp  # (B*K, C)
-        new_len = length.reshape(-1, 1) + 1 - stop.astype("float32")  # (B*K, 1)
+        cand_raw = raw.reshape(-1, 1) + top_lp  # (R, C)
+        new_len = length.reshape(-1, 1) + 1 - stop.astype("float32")  # (R, 1)
         cand = npx.reshape(cand_raw / _length_penalty(new_len, length_penalty), (-1, K * C))
-        best = npx.topk(cand, k=K, axis=-1, ret_typ="indices", dtype="float32")  # (B, K)
+        best = npx.topk(cand, k=K, axis=-1, ret_typ="indices", dtype="float32")  # (R/K, K)
         beam = np.floor(best / C)  # which of the sentence's beams each winner extends
-        offsets = np.arange(B, dtype="float32", ctx=ctx).reshape(-1, 1) * K
-        origin = (beam + offsets).reshape(-1).astype("int32")  # (B*K,) rows of the step before
-        picked = (origin * C + (best - beam * C).reshape(-1).astype("int32"))  # in (B*K*C,)
+        offsets = np.arange(R // K, dtype="float32", ctx=ctx).reshape(-1, 1) * K
+        origin = (beam + offsets).reshape(-1).astype("int32")  # (R,) rows of the step before
+        picked = (origin * C + (best - beam * C).reshape(-1).astype("int32"))  # (R,) in (R*C,)
         tokens = np.take(top_ids.reshape(-1), picked).astype("int32")
         raw = np.take(cand_raw.reshape(-1), picked)
         length = np.take(new_len.reshape(-1), origin)
         finished = np.maximum(np.take(finished, origin), (tokens == EOS).astype("float32"))
-        _reorder_state(state, origin)
-        history.append((tokens, origin))
-        if bool(finished.min() > 0):
+        history.append((tokens.asnumpy(), origin.asnumpy()))
+        done = finished.asnumpy().reshape(-1, K).min(axis=1) > 0  # (R/K,) all K ended
+        if done.all() or t == steps - 1:
+            _read_off(results, alive, onp.ones_like(done), history, raw, length, K,
+                      length_penalty, nbest)
             break
-    return _backtrack(history, raw, length, B, K, length_penalty, nbest)
+        if done.any():
+            _read_off(results, alive, done, history, raw, length, K, length_penalty, nbest)
+            keep = onp.flatnonzero(~done)  # sentences that go on, in (R/K,)
+            rows = (keep[:, None] * K + onp.arange(K)).reshape(-1)  # their rows, in (R,)
+            history.append((None, rows))  # a step that only renumbers rows
+            alive = alive[keep]
+            rows_nd = np.array(rows, dtype="int32", ctx=ctx)
+            origin = np.take(origin, rows_nd)
+            tokens, raw, length, finished, limit = (np.take(x, rows_nd, axis=0) for x in
+                                                    (tokens, raw, length, finished, limit))
+            _keep_rows(state, origin, np.array(keep, dtype="int32", ctx=ctx))
+        else:
+            _keep_rows(state, origin)
+    return results
 
 
 def _eos_only_scores(C, ctx):
@@ -87,27 +114,24 @@ def _eos_only_scores(C, ctx):
     return np.array([[0.0] + [NEG_INF] * (C - 1)], dtype="float32", ctx=ctx)
 
 
-def _backtrack(history, raw, length, B, K, alpha, nbest):
-    """Follow origins back from the last step; returns per sentence [(ids, score)] best first.
-    raw (B*K,) sums of log-probabilities, length (B*K,) the lengths the search scored them by."""
-    tokens = onp.stack([h[0].asnumpy() for h in history])  # (steps, B*K)
-    origins = onp.stack([h[1].asnumpy() for h in history])
+def _read_off(results, alive, done, history, raw, length, K, alpha, nbest):
+    """Store in ``results`` the hypotheses of the sentences ``alive[done]``: follow each of their
+    rows back through ``history`` (host arrays, see `beam_search`); raw (R,) and length (R,) the
+    sums of log-probabilities and the lengths the search scored them by."""
     raw, length = raw.asnumpy(), length.asnumpy()
-    results = []
-    for b in range(B):
+    for group in onp.flatnonzero(done):
         hyps = []
-        for k in range(K):
-            row, ids = b * K + k, []
-            for t in range(len(history) - 1, -1, -1):
-                ids.append(int(tokens[t, row]))
-                row = int(origins[t, row])
+        for row in range(group * K, group * K + K):
+            ids, r = [], row
+            for step_tokens, origins in reversed(history):
+                if step_tokens is not None:
+                    ids.append(int(step_tokens[r]))
+                r = int(origins[r])
             ids.reverse()
             ids = ids[:ids.index(EOS)] if EOS in ids else ids
-            score = raw[b * K + k] / _length_penalty(int(length[b * K + k]), alpha)
-            hyps.append((ids, float(score)))
+            hyps.append((ids, float(raw[row] / _length_penalty(int(length[row]), alpha))))
         hyps.sort(key=lambda h: -h[1])
-        results.append(hyps[:nbest])
-    return results
+        results[alive[group]] = hyps[:nbest]
 
 
 def greedy_search(model, src_tokens, src_valid_len, max_len_a=1.5, max_len_b=10,

@@ -282,3 +282,25 @@ def test_a_sentence_scores_the_same_whatever_its_batch(tiny_cfg):
         alone = beam_search(model, alone_src, alone_len, 3, alpha, 1.0, 0, nbest=3)[0]
         _assert_same(batched, alone)
         _assert_same(alone, _reference_beam(table, 2, 3, alpha))
+
+
+def test_sentences_that_end_leave_the_batch_without_changing_the_others(toy):
+    """Sentences of very different lengths in one batch: the short ones end first and leave it
+    (their rows are dropped from the cache); every sentence's n-best list and scores are those it
+    gets alone, whatever the order of the batch."""
+    model, tokenizer, _ = toy
+    lines = ["w1", "w2 w3 w4 w5 w6 w7 w8 w9 w10 w11", "w4 w5", "w12 w13 w14 w15 w16 w17"]
+    for order in (lines, lines[::-1]):
+        src, src_len = _batch(tokenizer, order)
+        batched = beam_search(model, src, src_len, 4, 1.0, 1.5, 2, nbest=4)
+        for line, hyps in zip(order, batched):
+            alone = beam_search(model, *_batch(tokenizer, [line]), 4, 1.0, 1.5, 2, nbest=4)[0]
+            _assert_same(hyps, alone)
+
+
+def test_a_zero_length_limit_gives_empty_outputs(toy):
+    model, tokenizer, lines = toy
+    src, src_len = _batch(tokenizer, lines[:3])
+    for K in (1, 3):
+        hyps = beam_search(model, src, src_len, K, 1.0, 0.0, 0, nbest=1)
+        assert [h[0][0] for h in hyps] == [[], [], []]
