@@ -9,8 +9,6 @@ PYTHON ?= $(firstword $(foreach v,3.11 3.10 3.9,$(shell command -v python$(v) 2>
 PYTHON_HELP := mtx needs Python 3.9-3.11 (MXNet 1.9.1); install python3.11 (e.g. apt-get install python3.11 python3.11-venv, or pyenv install 3.11) and run make PYTHON=/path/to/python3.11
 STAMP := $(VENV)/.installed
 export MTX_MULTI30K_DIR ?= $(if $(wildcard ../shared/data/multi30k/SHA256SUMS),$(abspath ../shared/data/multi30k),)
-# 2 threads: the machine this project is built for; override on bigger ones.
-export OMP_NUM_THREADS ?= 2
 
 .PHONY: help install data test test-quick train ablate bench browser clean
 

@@ -138,3 +138,16 @@ def test_a_wheel_carries_the_configs_and_commands(tmp_path):
     done = subprocess.run([str(target / "bin" / "mtx-translate"), "--help"], cwd=tmp_path,
                           env=env, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith("mtx-translate: "), done.stderr
+
+
+@pytest.mark.parametrize("given", [None, "1"])
+def test_threads_default_to_every_cpu_unless_given(given):
+    """mtx sets OMP_NUM_THREADS (read by MXNet when it loads) to the CPUs it may run on, and
+    keeps a value the user gave."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if given:
+        env["OMP_NUM_THREADS"] = given
+    code = "import mtx, os; print(os.environ['OMP_NUM_THREADS'])"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == (given or str(len(os.sched_getaffinity(0))))
