@@ -170,15 +170,16 @@ def pruning_curve(score_fn, shape, order, fraction_step=0.1):
 
 
 def kept_heads(gates, cfg):
-    """(A, H) 0/1 gates of a model with config ``cfg`` -> list of kept head indices per attention
-    layer (the padding of a pruned layer's row is never kept)."""
+    """(A, H) gates of a model with config ``cfg`` -> list of kept head indices (gate > 0) per
+    attention layer (the padding of a pruned layer's row is never kept)."""
     return [[h for h in range(cfg.heads_of(a)) if gates[a, h] > 0] for a in range(gates.shape[0])]
 
 
 def prune(model, gates, ctx):
     """A new, smaller Transformer without the heads whose gate is 0 (at least one head per layer
-    must stay): W_q/W_k/W_v lose those heads' rows and W_o the matching columns. Its outputs
-    equal the gated model's."""
+    must stay): W_q/W_k/W_v lose those heads' rows and W_o the matching columns; a kept head's
+    gate value (1 for 0/1 gates; learned gates may be fractions) is folded into its W_o columns.
+    Its outputs equal the gated model's."""
     keep = kept_heads(gates, model.cfg)
     if any(not k for k in keep):
         raise ValueError("every attention layer must keep at least one head")
@@ -191,12 +192,14 @@ def prune(model, gates, ctx):
             param.set_data(old[name].data(ctx))
     Dh = model.cfg.head_dim
     blocks = zip(model.attention_layers(), pruned.attention_layers(), keep)
-    for (_, _, old_block), (_, _, new_block), heads in blocks:
+    for (row, _, old_block), (_, _, new_block), heads in blocks:
         rows = onp.concatenate([onp.arange(h * Dh, (h + 1) * Dh) for h in heads])
         rows_nd = mx.np.array(rows, dtype="int64", ctx=ctx)
         for dense in ("W_q", "W_k", "W_v"):
             w = getattr(old_block, dense).weight.data(ctx)  # (H*Dh, D)
             getattr(new_block, dense).weight.set_data(np.take(w, rows_nd, axis=0))
         w_o = old_block.W_o.weight.data(ctx)  # (D, H*Dh)
-        new_block.W_o.weight.set_data(np.take(w_o, rows_nd, axis=1))
+        scale = mx.np.array(onp.repeat(onp.asarray(gates)[row, heads], Dh), dtype=w_o.dtype,
+                            ctx=ctx)  # (kept*Dh,)
+        new_block.W_o.weight.set_data(np.take(w_o, rows_nd, axis=1) * scale.reshape(1, -1))
     return pruned

@@ -1,8 +1,10 @@
 """scripts/heads.py: which heads of a trained run matter, and how much faster the model gets
-without the rest. Writes into <run>/heads/ (or out_dir=): importance.json/.png, pruning.json/.png,
-pruned/ (a smaller run directory, fine-tuned there when finetune.minutes > 0) and speed.json."""
+without the rest. Writes into <run>/heads/ (or out_dir=): importance.json/.png, pruning.json/.png
+(method=order) or gates.json/.png (method=l0: learned gates, `mtx.gates`), pruned/ (a smaller
+run directory, fine-tuned there when finetune.minutes > 0) and speed.json."""
 import dataclasses
 import json
+import logging
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,12 +16,15 @@ from ..corpus import load_corpus
 from ..devices import resolve_device, use_numpy_interface
 from ..errors import ConfigError
 from ..files import atomic_write_json
+from ..gates import train_gates
 from ..head_study import (GatedScorer, choose_pruning, compare_speed, curves,
                           importance_scores, save_pruned_run)
 from ..pictures import importance_heatmaps, pruning_plot
 from ..rundir import RunDir, load_run
 from ..training import continue_training
 from .common import hydra_command, typed, writable_out_dir
+
+log = logging.getLogger(__name__)
 
 
 def removal_orders(cfg, model, scores, src_ids, tgt_ids, ctx):
@@ -38,9 +43,24 @@ def removal_orders(cfg, model, scores, src_ids, tgt_ids, ctx):
 
 
 def heads_to_remove(cfg, model_cfg):
-    """prune_fraction= as a number of heads (None: chosen by max_bleu_loss), checked against the
-    steps of the pruning curves before the study."""
-    all_heads = model_cfg.num_attention_layers * model_cfg.num_heads
+    """prune_fraction= (or, with method=l0, target_heads=) as a number of heads to remove (None:
+    chosen by max_bleu_loss), checked before the study: a step of the pruning curves, or for the
+    learned gates any count that leaves a head in every layer."""
+    all_heads = sum(model_cfg.heads_of(a) for a in range(model_cfg.num_attention_layers))
+    if cfg.method not in ("order", "l0"):
+        raise ConfigError(f"method={cfg.method} is not a pruning method; use method=order (the "
+                          f"importance orders) or method=l0 (learned gates)")
+    if cfg.method == "l0":
+        if (cfg.target_heads is None) == (cfg.prune_fraction is None):
+            raise ConfigError("method=l0 needs exactly one of target_heads= (heads to keep) and "
+                              "prune_fraction= (fraction to remove), e.g. prune_fraction=0.75")
+        keep = (cfg.target_heads if cfg.target_heads is not None
+                else all_heads - int(round(cfg.prune_fraction * all_heads)))
+        layers = model_cfg.num_attention_layers
+        if not layers <= keep < all_heads:
+            raise ConfigError(f"method=l0 would keep {keep} of the {all_heads} heads; keep at "
+                              f"least one per layer ({layers}) and fewer than all")
+        return all_heads - keep
     if cfg.prune_fraction is None:
         return None
     to_remove = int(round(cfg.prune_fraction * all_heads))
@@ -91,14 +111,44 @@ def score_heads(cfg, s):
     return shape, orders, points
 
 
-def prune_and_time(cfg, s, shape, orders, points):
-    """The pruned run (fine-tuned if asked) in pruned/, and its speed against the full model."""
+def ordered_gates(cfg, s, shape, orders, points):
+    """0/1 gates (A, H) of the importance order chosen on the curves, and what was chosen."""
     order_name, removed = choose_pruning(points, cfg.max_bleu_loss, s.to_remove)
     gates = onp.ones(shape)
     for a, h in orders[order_name][:removed]:
         gates[a, h] = 0
-    pruned = heads.prune(s.model, gates, s.ctx)
-    meta = {"removed_heads": removed, "order": order_name}
+    return s.model, gates, {"method": "order", "removed_heads": removed, "order": order_name}
+
+
+def learned_gates(cfg, s):
+    """Gates learned with an L0 penalty (`mtx.gates`) on a copy of the run fine-tuned with them,
+    written to gates.json and gates.png: (the gated copy, its exact gates (A, H), meta)."""
+    gated, _, _ = load_run(s.run_dir, s.ctx, cfg.checkpoint)  # its weights change with the gates
+    gated.hybridize(static_alloc=True)
+    model_cfg = s.model.cfg
+    layers = range(model_cfg.num_attention_layers)
+    target = sum(model_cfg.heads_of(a) for a in layers) - s.to_remove
+    result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_len), s.ctx, target,
+                         cfg.l0.minutes, lr=cfg.l0.lr, gate_lr=cfg.l0.gate_lr,
+                         lambda_lr=cfg.l0.lambda_lr, batch_tokens=cfg.l0.batch_tokens,
+                         seed=s.seed, max_steps=cfg.l0.max_steps, log=log.info)
+    names = heads.layer_names(model_cfg)
+    atomic_write_json(s.out / "gates.json", {
+        "layers": names, "target_heads": target, "steps": result["steps"],
+        **{k: result[k].tolist() for k in ("log_alpha", "open_probability", "gates")},
+        "history": result["history"]})
+    importance_heatmaps({"P(gate open)": result["open_probability"], "gate": result["gates"]},
+                        names, s.out / "gates.png")
+    meta = {"method": "l0", "removed_heads": s.to_remove,
+            "l0": {**{k: cfg.l0[k] for k in ("minutes", "lr", "gate_lr", "lambda_lr")},
+                   "steps": result["steps"]}}
+    return gated, result["gates"], meta
+
+
+def prune_and_time(cfg, s, source, gates, meta):
+    """The model ``source`` cut to ``gates`` (fine-tuned if asked) in pruned/, and its speed
+    against the full model."""
+    pruned = heads.prune(source, gates, s.ctx)
     shutil.rmtree(s.out / "pruned", ignore_errors=True)  # no checkpoints of an earlier study
     models = {"full": s.model}  # its one traced graph serves gated and plain calls
     if s.finetune_cfg is not None:
@@ -125,7 +175,10 @@ def study_heads(cfg):
     """The whole study of the run ``cfg.ckpt``; returns speed.json's dict."""
     use_numpy_interface()
     s = setup(cfg)
-    speed = prune_and_time(cfg, s, *score_heads(cfg, s))
+    if cfg.method == "l0":
+        speed = prune_and_time(cfg, s, *learned_gates(cfg, s))
+    else:
+        speed = prune_and_time(cfg, s, *ordered_gates(cfg, s, *score_heads(cfg, s)))
     print(json.dumps({k: speed[k] for k in ("removed_heads", "speedup")}))
     return speed
 

@@ -1,0 +1,115 @@
+"""Learned head gates: one hard-concrete gate per head trained with the model under an L0 penalty
+(Louizos, Welling & Kingma 2018), as Voita et al. (2019) pruned the heads of a Transformer; the
+gates then become exact (0, or their deterministic value) and the closed heads are cut out.
+
+Gates are (A, H) arrays like every head gate in mtx (`Transformer.forward`): row a scales the
+heads of attention layer a of `ModelConfig.attention_layers`.
+
+A gate with parameter log_alpha draws z = clip(sigmoid((log u - log(1-u) + log_alpha) / BETA)
+* (HIGH - LOW) + LOW, 0, 1), u ~ U(0, 1): exactly 0 or exactly 1 with positive probability,
+differentiable in log_alpha in between. The penalty is the expected number of open gates,
+sum P(z != 0) = sum sigmoid(log_alpha - BETA log(-LOW / HIGH)). Its weight (lambda) is adjusted
+while training so the expected number of open heads reaches ``target_heads`` (a dual ascent:
+lambda grows while too many are open and shrinks, not below 0, while too few are). At the end the
+``target_heads`` gates with the largest log_alpha keep their deterministic value
+clip(sigmoid(log_alpha) * (HIGH - LOW) + LOW, 0, 1) (at least one head per layer) and every other
+gate is exactly 0.
+"""
+import math
+import time
+
+import mxnet as mx
+import numpy as onp
+from mxnet import autograd, gluon, np, npx
+
+from .batching import bucket_batches
+from .devices import to_device
+from .loss import LabelSmoothedCrossEntropy
+
+BETA, LOW, HIGH = 2.0 / 3.0, -0.1, 1.1
+INIT_LOG_ALPHA = 3.0  # deterministic gate clip(0.95 * 1.2 - 0.1) = 1: every head open at first
+
+
+def sample_gates(log_alpha):
+    """log_alpha (A, H) -> random gates (A, H) in [0, 1], differentiable in log_alpha."""
+    u = np.random.uniform(1e-6, 1 - 1e-6, size=log_alpha.shape, ctx=log_alpha.ctx)
+    s = npx.sigmoid((np.log(u) - np.log(1 - u) + log_alpha) / BETA)
+    return np.clip(s * (HIGH - LOW) + LOW, 0.0, 1.0)
+
+
+def open_probability(log_alpha, F=np):
+    """P(gate != 0) per gate: (A, H) -> (A, H). ``F``: mxnet.np (differentiable) or numpy."""
+    shift = BETA * math.log(-LOW / HIGH)
+    return 1.0 / (1.0 + F.exp(-(log_alpha - shift)))
+
+
+def deterministic_gates(log_alpha):
+    """The evaluation-time gates of host log_alpha (A, H): clip(sigmoid * (HIGH - LOW) + LOW)."""
+    return onp.clip(1.0 / (1.0 + onp.exp(-log_alpha)) * (HIGH - LOW) + LOW, 0.0, 1.0)
+
+
+def final_gates(log_alpha, target_heads, heads_per_layer):
+    """Exact gates from host log_alpha (A, H): the ``target_heads`` largest (at least one per
+    layer; padding of a pruned layer's row never) keep their deterministic value, raised to a
+    small positive floor if it is 0 (so a kept head stays a head), the rest are 0."""
+    A, H = log_alpha.shape
+    valid = onp.array([[h < heads_per_layer[a] for h in range(H)] for a in range(A)])
+    if not 1 <= target_heads <= valid.sum():
+        raise ValueError(f"target_heads={target_heads} must be between 1 and {valid.sum()}")
+    keep = onp.zeros((A, H), bool)
+    for a in range(A):  # the best head of every layer first
+        keep[a, onp.argmax(onp.where(valid[a], log_alpha[a], -onp.inf))] = True
+    order = onp.argsort(-onp.where(valid & ~keep, log_alpha, -onp.inf), axis=None)
+    for flat in order[:max(0, target_heads - A)]:
+        keep[onp.unravel_index(flat, (A, H))] = True
+    return onp.where(keep, onp.maximum(deterministic_gates(log_alpha), 1e-3), 0.0)
+
+
+def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr=0.05,
+                lambda_lr=0.05, batch_tokens=2048, label_smoothing=0.1, seed=1, max_steps=None,
+                log=None):
+    """Fine-tune ``model`` (its weights change) with a hard-concrete gate per head for
+    ``minutes`` of wall time (or ``max_steps``) on ``train_pairs`` (src_ids, tgt_ids) ->
+    {"log_alpha": (A, H) host array, "open_probability": (A, H), "gates": the exact
+    `final_gates`, "history": [per step record], "steps": n}. ``log``: a function of one line."""
+    cfg = model.cfg
+    shape = (cfg.num_attention_layers, cfg.num_heads)
+    params = gluon.ParameterDict("l0_")
+    log_alpha = params.get("log_alpha", shape=shape, init=mx.init.Constant(INIT_LOG_ALPHA))
+    params.initialize(ctx=ctx)
+    valid = onp.array([[h < cfg.heads_of(a) for h in range(shape[1])] for a in range(shape[0])],
+                      "float32")
+    valid_nd = np.array(valid, ctx=ctx)
+    loss_fn = LabelSmoothedCrossEntropy(cfg.vocab_size, label_smoothing)
+    loss_fn.initialize(ctx=ctx)
+    model_trainer = gluon.Trainer(model.collect_params(), "adam",
+                                  {"learning_rate": lr, "beta2": 0.98})
+    gate_trainer = gluon.Trainer(params, "adam", {"learning_rate": gate_lr})
+    lam, history, step, epoch, start = 0.0, [], 0, 0, time.perf_counter()
+    while True:
+        for batch in bucket_batches(*train_pairs, batch_tokens, shuffle=True, seed=seed + epoch):
+            src, src_len, tgt_in, tgt_out, tgt_len = to_device(batch, ctx)
+            with autograd.record():
+                gates = sample_gates(log_alpha.data(ctx)) * valid_nd + (1 - valid_nd)
+                _, nll = loss_fn(model(src, src_len, tgt_in, gates), tgt_out, tgt_len)
+                expected_open = (open_probability(log_alpha.data(ctx)) * valid_nd).sum()
+                objective = nll / batch.num_tgt_tokens + lam * expected_open / valid.sum()
+            objective.backward()
+            model_trainer.step(1)
+            gate_trainer.step(1)
+            step += 1
+            opened = float(expected_open)
+            lam = max(0.0, lam + lambda_lr * (opened - target_heads) / valid.sum())
+            history.append({"step": step, "nll": round(float(nll) / batch.num_tgt_tokens, 4),
+                            "expected_open": round(opened, 2), "lambda": round(lam, 4)})
+            if log and step % 50 == 0:
+                log(f"gates step {step}: nll {history[-1]['nll']}, expected open heads "
+                    f"{opened:.1f} (target {target_heads}), lambda {lam:.3f}")
+            if (max_steps and step >= max_steps) or (
+                    not max_steps and time.perf_counter() - start >= 60 * minutes):
+                alpha = log_alpha.data(ctx).asnumpy()
+                return {"log_alpha": alpha, "open_probability": open_probability(alpha, onp),
+                        "gates": final_gates(alpha, target_heads, [cfg.heads_of(a) for a in
+                                                                   range(shape[0])]),
+                        "history": history, "steps": step}
+        epoch += 1
