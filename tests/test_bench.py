@@ -94,3 +94,48 @@ def test_train_measurement_on_the_toy_task(tmp_path, monkeypatch, capsys):
     assert "native_layer_norm" in result["kernels"]
     assert "| mtx |" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no cache: toy data needs none
+
+
+def test_translate_profile_of_a_trained_run(toy_run, tmp_path, capsys):
+    """`translate --profile`: the timed pass under MXNet's profiler, its operators in the report
+    and in a table after the results."""
+    out = tmp_path / "translate.json"
+    main(["translate", "--run", str(toy_run), "--beam", "2", "--max-sentences", "40",
+          "--profile", "--out", str(out)])
+    result = json.loads(out.read_text())["translate"]["beam2"]
+    assert result["sacrebleu"]["score"] > 80 and result["seconds"] > 0
+    operators = result["operators_ms"]
+    assert "FullyConnected" in operators and "topk" in operators
+    assert list(operators.values()) == sorted(operators.values(), reverse=True)
+    printed = capsys.readouterr().out
+    assert "| ms over the pass | beam2 |" in printed and "| FullyConnected | " in printed
+
+
+def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):
+    """`train` with several implementations: each round runs every one in turn, each in a
+    process of its own; the report has each one's median round and the paired ratios, the table
+    the GEMM peaks and MFU. Children and GEMM peaks are faked: this tests the bookkeeping."""
+    from mtx.bench import machine, workers
+    calls, speeds = [], {"mtx": iter([2000.0, 1500.0, 2100.0]), "gluonnlp": iter([1600.0, 1400.0,
+                                                                                 1500.0])}
+
+    def child(command, *args):
+        name = args[args.index("--impl") + 1]
+        calls.append(name)
+        tok_s = next(speeds[name])
+        return {"train": {name: {"tok_s": tok_s, "gflop_s": tok_s / 20}}}
+    monkeypatch.setattr(workers, "run_child", child)
+    monkeypatch.setattr(machine, "gemm_peak", lambda dtype="float32": 300.0 if dtype ==
+                        "float32" else 150.0)
+    main(["train", "--impl", "mtx,gluonnlp", "--rounds", "3", "--seconds", "1"])
+    assert calls == ["mtx", "gluonnlp"] * 3
+    printed = capsys.readouterr().out
+    # paired per round: 2000/1600, 1500/1400, 2100/1500; median 1.25 (not 2000/1500 of medians)
+    assert "| mtx / gluonnlp | 1.25 | 1.071 | 1.4 | 1.25, 1.071, 1.4 |" in printed
+    assert "| mtx | 2000.0 | 2000.0, 1500.0, 2100.0 | 100.0 | 33% | 67% |" in printed
+    assert "300.0 GFLOP/s float32, 150.0 bfloat16" in printed
+
+
+def test_machine_description_has_the_onednn_version():
+    from mtx.bench.machine import describe
+    assert describe()["onednn"].count(".") == 2  # e.g. 2.4.4, read from the wheel's header

@@ -2,11 +2,13 @@
 
     python -m mtx.bench [all] [--impl mtx,mtx-bf16,gluonnlp,d2l] [--seconds 60] [--steps 64]
                         [--run RUN_DIR] [--out FILE]
-    python -m mtx.bench train --impl IMPL[,IMPL...] [--seconds 60] [--warmup-steps 20] [--out FILE]
+    python -m mtx.bench train --impl IMPL[,IMPL...] [--seconds 60] [--rounds 3] [--warmup-steps 20]
+                              [--out FILE]
     python -m mtx.bench decode --impl IMPL[,IMPL...] [--steps 64] [--max-sentences N] [--out FILE]
     python -m mtx.bench decode --run RUN_DIR [--impl mtx,mtx-bf16,ct2-float32,ct2-int8] [--out FILE]
     python -m mtx.bench profile --impl IMPL[,IMPL...] [--steps 20] [--out FILE]
-    python -m mtx.bench translate --run RUN_DIR [--beam 5] [--max-sentences N] [--out FILE]
+    python -m mtx.bench translate --run RUN_DIR [--beam 5] [--max-sentences N] [--profile]
+                                  [--out FILE]
     python -m mtx.bench compare-runs RUN_DIR RUN_DIR... [--steps 64] [--rounds 3] [--out FILE]
     python -m mtx.bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5]
                               [--url URL] [--out FILE]
@@ -15,7 +17,11 @@ Common configuration: conf/model/small.yaml (--model) with untied embeddings and
 vocabulary, conf/data/multi30k_en_de.yaml (--data), the same ~4096-token batches for every
 implementation, fp32 (mtx-bf16: mtx with bfloat16 matrix multiplies), OMP_NUM_THREADS threads.
 With one --impl the measurement runs in this process; with several (and in `all`) each runs in a
-process of its own (`python -m mtx.bench <command> --impl X --out FILE`). `all` measures training
+process of its own (`python -m mtx.bench <command> --impl X --out FILE`). Training with several
+implementations runs in interleaved rounds (mtx, peer, mtx, peer, ...: --rounds, --seconds each)
+and reports each one's median over the rounds and the paired ratios of the first implementation to
+each other one, round by round (a drifting machine moves both sides of a pair alike), with the
+measured float32 and bfloat16 GEMM peaks and the MFU against both. `all` measures training
 and decoding (plus mtx-recompute, mtx's decoder without its cache) and, with --run, the trained
 run's beam-1 and beam-5 translation. `decode --run` puts mtx and the run exported to CTranslate2
 (ct2-float32, ct2-int8: `mtx.deploy`) side by side on the run's own weights: each translates the
@@ -33,7 +39,8 @@ from ..errors import USER_ERROR, ConfigError, MtxError
 from . import inputs, workers
 from .impls import CT2_QUANTIZATIONS, DECODE_IMPLS, RUN_IMPLS, TRAIN_IMPLS
 
-DEFAULT_SECONDS = 60.0        # measured training seconds per implementation
+DEFAULT_SECONDS = 60.0        # measured training seconds per implementation (per round)
+DEFAULT_TRAIN_ROUNDS = 3      # interleaved rounds of training with several implementations
 DEFAULT_DECODE_STEPS = 64     # forced greedy decoding steps
 DEFAULT_PROFILE_STEPS = 20    # profiled training steps per implementation
 DEFAULT_ROUNDS = 3            # rounds of compare-runs
@@ -67,7 +74,8 @@ def measure(kind, args, name):
     if name != "gluonnlp" and name not in CT2_QUANTIZATIONS:  # gluonnlp: the legacy API;
         use_numpy_interface()                                     # CTranslate2: no MXNet
     if kind == "translate":
-        result, model_cfg = workers.measure_translate(args.run, args.beam, args.max_sentences)
+        result, model_cfg = workers.measure_translate(args.run, args.beam, args.max_sentences,
+                                                      args.profile)
     elif kind == "train":
         result, model_cfg = workers.measure_train(name, args.model, args.data, args.seconds,
                                                   args.warmup_steps)
@@ -110,8 +118,27 @@ def measure_in_children(kind, args, names, report):
     return report
 
 
+def measure_rounds(args, names, report):
+    """Training of ``names`` in ``args.rounds`` interleaved rounds, each in a process of its own,
+    into report["train"] (each implementation's median round, with "rounds": its per-round
+    results), report["train_ratios"] (paired ratios of names[0]) and the GEMM peaks."""
+    from .machine import gemm_peak
+    report["gemm_peak_gflop_s"] = round(gemm_peak(), 1)
+    report["gemm_peak_bf16_gflop_s"] = round(gemm_peak("bfloat16"), 1)
+    per_round = {name: [] for name in names}
+    for r in range(args.rounds):
+        log.info("round %d of %d", r + 1, args.rounds)
+        measure_in_children("train", args, names, report)
+        for name in names:
+            per_round[name].append(report["train"][name])
+    report["train"] = {name: workers.median_round(rounds) for name, rounds in per_round.items()}
+    report["train_ratios"] = workers.paired_ratios(per_round, names[0], "tok_s")
+    return report
+
+
 def run_measurements(args):
-    """train, decode, profile: one implementation here, several in child processes."""
+    """train, decode, profile: one implementation here, several in child processes (training in
+    interleaved rounds)."""
     from . import tables
     from .machine import describe
     if args.command == "decode" and args.impl is None:
@@ -121,19 +148,28 @@ def run_measurements(args):
     names = impl_names(args.impl, DECODE_IMPLS if args.command == "decode" else TRAIN_IMPLS)
     if len(names) == 1:
         report = measure(args.command, args, names[0])
+    elif args.command == "train":
+        report = measure_rounds(args, names, {"machine": describe()})
     else:
         report = measure_in_children(args.command, args, names, {"machine": describe()})
     results = report[args.command]
     table = (tables.profile_table(results) if args.command == "profile"
              else tables.results_table(results))
     header = [tables.machine_line(report["machine"]), tables.kernels_line(results)]
+    if "train_ratios" in report:
+        table += "\n\n" + tables.rounds_table(report)
     return report, "\n".join([*filter(None, header), "", table])
 
 
 def run_translate(args):
     from . import tables
     report = measure("translate", args, f"beam{args.beam}")
-    return report, tables.results_table(report["translate"])
+    results = report["translate"]
+    table = tables.results_table({name: {k: v for k, v in r.items() if k != "operators_ms"}
+                                  for name, r in results.items()})
+    if args.profile:
+        table += "\n\n" + tables.operators_table(results)
+    return report, table
 
 
 def run_compare_runs(args):
@@ -152,13 +188,12 @@ def run_serve(args):
 
 
 def run_all(args):
-    """Training and decoding of every implementation side by side; with --run, translation."""
+    """Training (interleaved rounds) and decoding of every implementation side by side; with
+    --run, translation."""
     from . import tables
-    from .machine import describe, gemm_peak
+    from .machine import describe
     names = impl_names(args.impl, TRAIN_IMPLS)
-    report = {"machine": describe(), "gemm_peak_gflop_s": round(gemm_peak(), 1),
-              "gemm_peak_bf16_gflop_s": round(gemm_peak("bfloat16"), 1)}
-    measure_in_children("train", args, names, report)
+    report = measure_rounds(args, names, {"machine": describe()})
     measure_in_children("decode", args, names + (["mtx-recompute"] if "mtx" in names else []),
                         report)
     if args.run:
@@ -166,7 +201,7 @@ def run_all(args):
         for beam in TRANSLATE_BEAMS:
             child = workers.run_child("translate", "--run", args.run, "--beam", beam)
             report["translate"][f"beam{beam}"] = child_result(child, "translate", f"beam{beam}")
-    return report, tables.summary_table(report)
+    return report, tables.summary_table(report) + "\n\n" + tables.rounds_table(report)
 
 
 def option_groups():
@@ -182,6 +217,8 @@ def option_groups():
                           help="measured training seconds per implementation")
     training.add_argument("--warmup-steps", type=int, default=workers.WARMUP_STEPS,
                           help="untimed training steps first")
+    training.add_argument("--rounds", type=int, default=DEFAULT_TRAIN_ROUNDS,
+                          help="interleaved rounds when several implementations train")
     decoding = argparse.ArgumentParser(add_help=False)
     decoding.add_argument("--steps", type=int, default=DEFAULT_DECODE_STEPS,
                           help="forced greedy decoding steps")
@@ -220,6 +257,8 @@ def build_parser():
     p.add_argument("--run", required=True, help="a training run directory")
     p.add_argument("--beam", type=int, default=TRANSLATE_BEAMS[-1])
     p.add_argument("--max-sentences", type=int, help="only the first N test sentences")
+    p.add_argument("--profile", action="store_true", help="the timed pass under MXNet's "
+                   "profiler: ms per operator over the pass")
     p = sub.add_parser("compare-runs", parents=[common],
                        help="forced-step greedy decoding of trained runs, in turn, in one process")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")

@@ -1,6 +1,7 @@
 """The machine a benchmark ran on, and its matrix-multiply peaks (the MFU denominators)."""
 import os
 import time
+from pathlib import Path
 
 CPUINFO = "/proc/cpuinfo"
 # Instruction-set flags that decide bfloat16 (and float32) matrix-multiply speed in oneDNN.
@@ -38,7 +39,27 @@ def describe():
     except PackageNotFoundError:
         ctranslate2 = None
     return {"cpu": model, "cpu_flags": flags, "cores": os.cpu_count(), "mxnet": version("mxnet"),
-            "ctranslate2": ctranslate2, "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+            "onednn": onednn_version(), "ctranslate2": ctranslate2,
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+
+
+def onednn_version():
+    """The oneDNN version MXNet was built with, from the header its wheel ships
+    (include/mkldnn/oneapi/dnnl/dnnl_version.h), or None; MXNet is not imported."""
+    import importlib.util
+    import re
+    spec = importlib.util.find_spec("mxnet")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    header = (Path(list(spec.submodule_search_locations)[0]) / "include" / "mkldnn" / "oneapi"
+              / "dnnl" / "dnnl_version.h")
+    try:
+        text = header.read_text()
+    except OSError:
+        return None
+    parts = [re.search(rf"#define DNNL_VERSION_{p}\s+(\d+)", text) for p in
+             ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts) if all(parts) else None
 
 
 def kernel_status():

@@ -8,8 +8,9 @@ def _cell(result, key):
 
 def machine_line(machine):
     flags = " ".join(machine["cpu_flags"]) or "no AVX512/AMX"
+    onednn = f" (oneDNN {machine['onednn']})" if machine.get("onednn") else ""
     return (f"{machine['cpu']} ({machine['cores']} cores, flags: {flags}), MXNet "
-            f"{machine['mxnet']}, OMP_NUM_THREADS={machine['omp_num_threads']}")
+            f"{machine['mxnet']}{onednn}, OMP_NUM_THREADS={machine['omp_num_threads']}")
 
 
 def kernels_line(results):
@@ -40,6 +41,37 @@ def profile_table(profiles):
     for op in ops:
         lines.append(f"| {op} | " + " | ".join(str(p.get("operators_ms", {}).get(op, "-"))
                                              for p in profiles.values()) + " |")
+    return "\n".join(lines)
+
+
+def operators_table(results):
+    """{name: result with operators_ms (ms over a whole pass)} -> operator rows, name columns."""
+    names = list(results)
+    ops = list(dict.fromkeys(op for r in results.values() for op in r.get("operators_ms", {})))
+    lines = ["| ms over the pass | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines += [f"| {op} | " + " | ".join(str(r.get("operators_ms", {}).get(op, "-"))
+                                        for r in results.values()) + " |" for op in ops]
+    return "\n".join(lines)
+
+
+def rounds_table(report):
+    """Interleaved training rounds: each implementation's median tok/s and MFU against the
+    measured float32 and bfloat16 GEMM peaks, then the paired ratios."""
+    fp32, bf16 = report["gemm_peak_gflop_s"], report["gemm_peak_bf16_gflop_s"]
+    lines = [f"GEMM peak (2048^3 FullyConnected): {fp32} GFLOP/s float32, {bf16} bfloat16", "",
+             "| implementation | tok/s (median round) | per round | GFLOP/s | MFU fp32 "
+             "| MFU bf16 |", "|---|---|---|---|---|---|"]
+    for name, r in report["train"].items():
+        if "gflop_s" not in r:
+            lines.append(f"| {name} | {_cell(r, 'tok_s')} | - | - | - | - |")
+            continue
+        rounds = ", ".join(str(x["tok_s"]) for x in r.get("rounds", []))
+        lines.append(f"| {name} | {r['tok_s']} | {rounds} | {r['gflop_s']} "
+                     f"| {100 * r['gflop_s'] / fp32:.0f}% | {100 * r['gflop_s'] / bf16:.0f}% |")
+    lines += ["", "| paired ratio (tok/s) | median | min | max | per round |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {pair} | {x['median']} | {x['min']} | {x['max']} | "
+              f"{', '.join(map(str, x['rounds']))} |" for pair, x in report["train_ratios"].items()]
     return "\n".join(lines)
 
 

@@ -69,6 +69,31 @@ def throughput(measured):
             "gflop_s": round(rate(measured, 2) / 1e9, 1)}
 
 
+def median_round(rounds):
+    """One implementation's per-round results -> the round with the median tok_s, with "rounds":
+    every round's tok_s and gflop_s (or the first error if a round failed)."""
+    failed = [r for r in rounds if "tok_s" not in r]
+    if failed:
+        return failed[0]
+    middle = sorted(rounds, key=lambda r: r["tok_s"])[(len(rounds) - 1) // 2]
+    return {**middle, "rounds": [{"tok_s": r["tok_s"], "gflop_s": r["gflop_s"]} for r in rounds]}
+
+
+def paired_ratios(per_round, reference, key):
+    """{name: [result per round]} -> {"<reference> / <name>": {"median", "min", "max",
+    "rounds"}} of ``key`` for every other implementation, round by round."""
+    ratios = {}
+    for name, rounds in per_round.items():
+        pairs = [a[key] / b[key] for a, b in zip(per_round[reference], rounds)
+                 if key in a and key in b]
+        if name == reference or not pairs:
+            continue
+        ratios[f"{reference} / {name}"] = {
+            "median": round(float(onp.median(pairs)), 3), "min": round(min(pairs), 3),
+            "max": round(max(pairs), 3), "rounds": [round(p, 3) for p in pairs]}
+    return ratios
+
+
 def measure_train(name, model_name, data_name, seconds, warmup_steps=WARMUP_STEPS):
     """Training throughput of implementation ``name`` -> (result, ModelConfig)."""
     corpus, model_cfg, data_cfg = inputs.load(model_name, data_name)
@@ -80,28 +105,39 @@ def measure_train(name, model_name, data_name, seconds, warmup_steps=WARMUP_STEP
     return {**result, **impl_facts(name)}, model_cfg
 
 
-def measure_profile(name, model_name, data_name, steps, warmup_steps=WARMUP_STEPS):
-    """MXNet's profiler (aggregate stats) over ``steps`` training steps after ``warmup_steps``:
-    wall ms per step and {operator: ms per step}, largest first -> (result, ModelConfig)."""
+def profiled(fn, per=1):
+    """``fn()`` under MXNet's profiler (aggregate stats) -> (its result, wall seconds,
+    {operator: total ms / ``per``}, largest first, those of at least PROFILE_MIN_MS)."""
     import mxnet as mx
-    corpus, model_cfg, data_cfg = inputs.load(model_name, data_name)
-    batches = itertools.cycle(inputs.train_batches(corpus, data_cfg))
-    step = training_step(name, corpus, model_cfg, data_cfg)
-    for b in itertools.islice(batches, warmup_steps):
-        float(step(b).asnumpy())
     with tempfile.TemporaryDirectory(prefix="mtx-bench-profile-") as tmp:
         mx.profiler.set_config(profile_all=True, aggregate_stats=True,
                                filename=str(Path(tmp) / "profile.json"))
         mx.profiler.set_state("run")
         tic = time.perf_counter()
-        for b in itertools.islice(batches, steps):
-            float(step(b).asnumpy())
+        result = fn()
+        mx.nd.waitall()
         seconds = time.perf_counter() - tic
         mx.profiler.set_state("stop")
         operators = json.loads(mx.profiler.dumps(format="json"))["Time"]["operator"]
-    ms = sorted(((op, s["Total"] / steps) for op, s in operators.items()), key=lambda kv: -kv[1])
-    result = {"ms_per_step": round(1000 * seconds / steps, 1),
-              "operators_ms": {op: round(v, 1) for op, v in ms if v >= PROFILE_MIN_MS}}
+        mx.profiler.dumps(reset=True)
+    ms = sorted(((op, s["Total"] / per) for op, s in operators.items()), key=lambda kv: -kv[1])
+    return result, seconds, {op: round(v, 1) for op, v in ms if v >= PROFILE_MIN_MS}
+
+
+def measure_profile(name, model_name, data_name, steps, warmup_steps=WARMUP_STEPS):
+    """MXNet's profiler (aggregate stats) over ``steps`` training steps after ``warmup_steps``:
+    wall ms per step and {operator: ms per step}, largest first -> (result, ModelConfig)."""
+    corpus, model_cfg, data_cfg = inputs.load(model_name, data_name)
+    batches = itertools.cycle(inputs.train_batches(corpus, data_cfg))
+    step = training_step(name, corpus, model_cfg, data_cfg)
+    for b in itertools.islice(batches, warmup_steps):
+        float(step(b).asnumpy())
+
+    def run_steps():
+        for b in itertools.islice(batches, steps):
+            float(step(b).asnumpy())
+    _, seconds, operators = profiled(run_steps, per=steps)
+    result = {"ms_per_step": round(1000 * seconds / steps, 1), "operators_ms": operators}
     return {**result, **impl_facts(name)}, model_cfg
 
 
@@ -121,9 +157,11 @@ def measure_decode(name, model_name, data_name, steps, max_sentences=None):
     return {**result, **impl_facts(name)}, model_cfg
 
 
-def measure_translate(run_dir, beam, max_sentences=None):
+def measure_translate(run_dir, beam, max_sentences=None, profile=False):
     """A trained run's real translation of the test split (conf/decode/greedy.yaml for beam 1,
-    else conf/decode/beam.yaml with ``beam``) -> (speed and sacreBLEU, the run's ModelConfig)."""
+    else conf/decode/beam.yaml with ``beam``) -> (speed and sacreBLEU, the run's ModelConfig).
+    With ``profile`` the timed pass runs under MXNet's profiler and the result also has
+    {operator: ms over the pass} (the wall time then includes the profiler's cost)."""
     import mxnet as mx
     from ..evaluation import translate_and_score
     from ..rundir import load_run
@@ -133,11 +171,21 @@ def measure_translate(run_dir, beam, max_sentences=None):
     cfg = inputs.decode_config(beam)
     warm = slice(TRANSLATE_WARMUP_SENTENCES)
     translate_and_score(model, tokenizer, cfg, mx.cpu(), src[warm], ref[warm], data_cfg.tgt_lang)
-    hyps, scores = translate_and_score(model, tokenizer, cfg, mx.cpu(), src, ref, data_cfg.tgt_lang)
+
+    def translate():
+        return translate_and_score(model, tokenizer, cfg, mx.cpu(), src, ref, data_cfg.tgt_lang)
+    operators = None
+    if profile:
+        (hyps, scores), _, operators = profiled(translate)
+    else:
+        hyps, scores = translate()
     tokens = sum(len(t) for t in tokenizer.encode(hyps)) + len(hyps)  # + EOS each
-    return {"sent_s": scores["sentences_per_second"], "seconds": scores["decode_seconds"],
-            "tok_s": round(tokens / scores["decode_seconds"], 1), "sacrebleu": scores["sacrebleu"],
-            "precision": "float32", "kernels": kernel_status()}, model.cfg
+    result = {"sent_s": scores["sentences_per_second"], "seconds": scores["decode_seconds"],
+              "tok_s": round(tokens / scores["decode_seconds"], 1),
+              "sacrebleu": scores["sacrebleu"], "precision": "float32", "kernels": kernel_status()}
+    if operators is not None:
+        result["operators_ms"] = operators
+    return result, model.cfg
 
 
 def timed_translation(translator, tokenizer, src, ref):
