@@ -99,6 +99,22 @@ def learning_curve(metrics_path, path):
     plt.close(fig)
 
 
+def learning_curves(curves, path):
+    """Val BLEU against wall minutes of several runs in one picture: {label: [(minutes, bleu)]}."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for label, points in curves.items():
+        ax.plot(*zip(*points), marker="o", ms=3, label=label)
+    ax.set(xlabel="training minutes", ylabel="val sacreBLEU (greedy)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
 def _save(fig, path):
     """Write ``fig`` as a PNG atomically (`mtx.files.atomic_write`)."""
     from .files import atomic_write

@@ -1,10 +1,15 @@
 #!/usr/bin/env python
-"""One table from the runs of a sweep: `python scripts/collect.py outputs/train/multiruns/<time>`.
+"""One table from the runs of a sweep:
 
-For every run directory below the given folder (those with a report.json): its overrides, the
-parameter count, training minutes and median tokens/s, val BLEU, test sacreBLEU and decoding
-speed. Prints markdown and writes summary.json next to the runs.
+    python scripts/collect.py FOLDER [--reach BLEU] [--curves PNG]
+
+For every run directory below FOLDER (those with a report.json): its overrides, the parameter
+count, training minutes, updates and median tokens/s, val BLEU, test sacreBLEU and decoding speed;
+with --reach, the training minutes at which its val BLEU (greedy, per epoch) first reached BLEU
+(linear between epochs; "-" if never); with --curves, every run's val BLEU against minutes in one
+picture. Prints markdown and writes summary.json next to the runs.
 """
+import argparse
 import json
 import statistics
 import sys
@@ -27,16 +32,48 @@ def summarize(run_dir):
             "decode_sent_s": test["sentences_per_second"], "beam": test["beam_size"]}
 
 
-def main(folder):
-    rows = [summarize(p.parent) for p in sorted(Path(folder).rglob("report.json"))]
-    if not rows:
+def val_curve(run_dir):
+    """[(wall minutes, val BLEU)] of a run's epochs (metrics.jsonl)."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["wall_minutes"], r["valid/bleu"]) for r in records
+            if r.get("valid/bleu") is not None]
+
+
+def minutes_to_reach(curve, bleu):
+    """The first minute the val BLEU curve reaches ``bleu`` (linear between epochs), or None."""
+    previous = (0.0, 0.0)
+    for minutes, value in curve:
+        if value >= bleu:
+            (m0, b0), (m1, b1) = previous, (minutes, value)
+            return round(m0 + (m1 - m0) * (bleu - b0) / (b1 - b0), 2) if b1 > b0 else minutes
+        previous = (minutes, value)
+    return None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder", nargs="?", default="outputs/train/multiruns")
+    ap.add_argument("--reach", type=float, help="also the minutes to reach this val BLEU")
+    ap.add_argument("--curves", type=Path, help="write every run's val BLEU curve here (PNG)")
+    args = ap.parse_args(argv)
+    folder = args.folder
+    runs = [p.parent for p in sorted(Path(folder).rglob("report.json"))]
+    if not runs:
         sys.exit(f"error: no report.json below {folder}; is it a sweep's output folder?")
+    rows = [summarize(run) for run in runs]
+    if args.reach is not None:
+        for row, run in zip(rows, runs):
+            row[f"minutes_to_{args.reach:g}"] = minutes_to_reach(val_curve(run), args.reach)
+    if args.curves:
+        from mtx.pictures import learning_curves
+        learning_curves({run.name: val_curve(run) for run in runs}, args.curves)
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:
-        print("| " + " | ".join(str(row[k]) for k in keys) + " |")
+        print("| " + " | ".join("-" if row[k] is None else str(row[k]) for k in keys) + " |")
     atomic_write_json(Path(folder) / "summary.json", rows)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "outputs/train/multiruns")
+    main()

@@ -1,0 +1,50 @@
+"""scripts/collect.py: the sweep table, minutes to reach a val BLEU, the curves picture."""
+import importlib.util
+import json
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def collect():
+    spec = importlib.util.spec_from_file_location("collect", ROOT / "scripts" / "collect.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(folder, name, curve):
+    run = folder / name
+    run.mkdir(parents=True)
+    scores = {"sacrebleu": {"score": 30.0}, "bleu_tok_lc": {"score": 31.0},
+              "sentences_per_second": 50.0, "beam_size": 1}
+    (run / "report.json").write_text(json.dumps({
+        "parameters": 1000, "train_minutes": curve[-1][0], "epochs": len(curve), "steps": 100,
+        "final": {"valid_bleu": {"score": curve[-1][1]}},
+        "scores": {"test_2016_flickr": scores}}))
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"wall_minutes": m, "valid/bleu": b, "train/tok_s": 1000.0}) + "\n"
+        for m, b in curve))
+
+
+def test_minutes_to_reach_interpolates_between_epochs(collect):
+    curve = [(5.0, 10.0), (10.0, 20.0), (15.0, 24.0)]
+    assert collect.minutes_to_reach(curve, 15.0) == 7.5
+    assert collect.minutes_to_reach(curve, 20.0) == 10.0
+    assert collect.minutes_to_reach(curve, 5.0) == 2.5  # from (0 minutes, 0 BLEU)
+    assert collect.minutes_to_reach(curve, 30.0) is None
+
+
+def test_table_with_reach_and_curves(collect, tmp_path, capsys):
+    _run(tmp_path, "fast", [(5.0, 20.0), (10.0, 30.0)])
+    _run(tmp_path, "slow", [(5.0, 10.0), (10.0, 20.0)])
+    collect.main([str(tmp_path), "--reach", "25", "--curves", str(tmp_path / "curves.png")])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("| minutes_to_25 |")
+    assert lines[2].startswith("| fast |") and lines[2].endswith("| 7.5 |")
+    assert lines[3].startswith("| slow |") and lines[3].endswith("| - |")
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+    rows = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["minutes_to_25"] for r in rows] == [7.5, None]
