@@ -139,9 +139,9 @@ class CheckpointStore:
             if data_file and path.name not in named:
                 path.unlink(missing_ok=True)
 
-    def average(self, model, names, ctxs, out_name="average"):
-        """Average the parameters of checkpoints ``names`` into ``model`` and save them as
-        checkpoint ``out_name``; returns its manifest."""
+    def average_into(self, model, names, ctxs):
+        """Load the mean of the parameters of checkpoints ``names`` into ``model`` (nothing is
+        written)."""
         params, total = model.collect_params(), None
         for name in names:
             self.load(self.verify(name, model.cfg), model, ctxs)
@@ -149,6 +149,10 @@ class CheckpointStore:
             total = values if total is None else {k: total[k] + v for k, v in values.items()}
         for k, p in params.items():
             p.set_data(total[k] / len(names))
+
+    def average(self, model, names, ctxs, out_name="average"):
+        """`average_into` ``model``, saved as checkpoint ``out_name``; returns its manifest."""
+        self.average_into(model, names, ctxs)
         return self.save(out_name, model, averaged=list(names))
 
 

@@ -17,6 +17,7 @@ After a resume the records of what is redone are dropped (`keep_records_until`).
 """
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 from .checkpoints import RESUME_HINT, CheckpointStore, config_digest
@@ -162,9 +163,24 @@ class RunDir(CheckpointStore):
         return atomic_write_json(self.path / name, obj)
 
 
+def _load_average(run, n, ctx):
+    """load_run's average_last_N: the mean of the last ``n`` epoch checkpoints."""
+    from .corpus import load_tokenizer
+    from .model import Transformer
+    names = run.epoch_names()
+    if not 1 <= n <= len(names):
+        raise CheckpointError(f"checkpoint=average_last_{n}: {run.checkpoints} keeps "
+                              f"{len(names)} epoch checkpoints (train.keep_last); pick N from 1 "
+                              f"to {len(names)}")
+    model = Transformer(run.model_config())
+    run.average_into(model, names[-n:], [ctx])
+    return model, load_tokenizer(run.path), run.data_config()
+
+
 def load_run(run_dir, ctx, which="auto"):
     """(model, tokenizer, DataConfig) of a run directory. ``which``: auto (the checkpoint the run
-    chose: average or best), best, average, last, latest, epoch_NNN, or a manifest path."""
+    chose: average or best), best, average, last, latest, epoch_NNN, average_last_N (the mean of
+    the last N epoch checkpoints, computed here, nothing written), or a manifest path."""
     from .corpus import load_tokenizer
     from .model import Transformer
     run = RunDir(run_dir)
@@ -182,6 +198,9 @@ def load_run(run_dir, ctx, which="auto"):
         if not names:
             raise CheckpointError(f"{run.checkpoints} has no epoch checkpoints yet")
         which = names[-1]
+    average = re.fullmatch(r"average_last_(\d+)", str(which))
+    if average:
+        return _load_average(run, int(average.group(1)), ctx)
     model_cfg = run.model_config()
     manifest = run.verify(which, model_cfg)
     model = Transformer(model_cfg)

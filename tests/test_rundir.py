@@ -138,3 +138,20 @@ def test_a_damaged_json_file_of_a_run_is_one_clear_error(tmp_path, damaged):
         load_run(fit.run_dir.path, mx.cpu())
     assert isinstance(info.value, (CheckpointError,)) or "TokenizerError" in type(info.value).__name__
     assert "\n" not in str(info.value)
+
+
+def test_average_last_n_is_the_mean_of_the_last_epoch_checkpoints(toy_run):
+    """load_run's average_last_N (mtx-evaluate/-translate checkpoint=average_last_N): the mean of
+    the last N epoch checkpoints, computed without writing into the run; N beyond what the run
+    keeps is a one-line error."""
+    run = RunDir(toy_run)
+    names = run.epoch_names()[-2:]
+    before = sorted(p.name for p in run.checkpoints.iterdir())
+    averaged = _params(load_run(toy_run, mx.cpu(), "average_last_2")[0])
+    each = [_params(load_run(toy_run, mx.cpu(), name)[0]) for name in names]
+    for key, value in averaged.items():
+        assert onp.allclose(value, (each[0][key] + each[1][key]) / 2, atol=1e-6), key
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == before
+    kept = len(run.epoch_names())
+    with pytest.raises(CheckpointError, match=f"keeps {kept} epoch checkpoints"):
+        load_run(toy_run, mx.cpu(), f"average_last_{kept + 1}")

@@ -42,7 +42,8 @@ def evaluate(cfg):
     tgt_lang = data_cfg.tgt_lang if data_cfg else "en"
     hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,
                                              references, tgt_lang)
-    stem = f"{name}.beam{decode_cfg.beam_size}.lp{decode_cfg.length_penalty}"
+    checkpoint = "" if cfg.checkpoint == "auto" else f".{Path(str(cfg.checkpoint)).stem}"
+    stem = f"{name}{checkpoint}.beam{decode_cfg.beam_size}.lp{decode_cfg.length_penalty}"
     atomic_write_text(out_dir / f"{stem}.hyp", "\n".join(hypotheses) + "\n")
     atomic_write_json(out_dir / f"{stem}.json", scores)
     for metric in ("sacrebleu", "chrf", "bleu_tok_lc"):
