@@ -50,7 +50,7 @@ def test_gate_training_reaches_exact_zeros_and_the_cut_model_equals_the_gated_on
     total = model.cfg.num_attention_layers * model.cfg.num_heads
     target = total // 4
     result = gates.train_gates(model, corpus.train_pairs(64), mx.cpu(), target, minutes=0,
-                               max_steps=120, gate_lr=0.1, lambda_lr=0.5, seed=3)
+                               max_steps=120, gate_lr=0.1, seed=3)
     history = result["history"]
     assert len(history) == result["steps"] == 120
     assert history[-1]["expected_open"] < history[0]["expected_open"]  # the penalty closed gates

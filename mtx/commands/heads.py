@@ -130,7 +130,7 @@ def learned_gates(cfg, s):
     target = sum(model_cfg.heads_of(a) for a in layers) - s.to_remove
     result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_len), s.ctx, target,
                          cfg.l0.minutes, lr=cfg.l0.lr, gate_lr=cfg.l0.gate_lr,
-                         lambda_lr=cfg.l0.lambda_lr, batch_tokens=cfg.l0.batch_tokens,
+                         lambda_rate=cfg.l0.lambda_rate, batch_tokens=cfg.l0.batch_tokens,
                          seed=s.seed, max_steps=cfg.l0.max_steps, log=log.info)
     names = heads.layer_names(model_cfg)
     atomic_write_json(s.out / "gates.json", {
@@ -140,7 +140,7 @@ def learned_gates(cfg, s):
     importance_heatmaps({"P(gate open)": result["open_probability"], "gate": result["gates"]},
                         names, s.out / "gates.png")
     meta = {"method": "l0", "removed_heads": s.to_remove,
-            "l0": {**{k: cfg.l0[k] for k in ("minutes", "lr", "gate_lr", "lambda_lr")},
+            "l0": {**{k: cfg.l0[k] for k in ("minutes", "lr", "gate_lr", "lambda_rate")},
                    "steps": result["steps"]}}
     return gated, result["gates"], meta
 
