@@ -53,12 +53,17 @@ def deterministic_gates(log_alpha):
     return onp.clip(1.0 / (1.0 + onp.exp(-log_alpha)) * (HIGH - LOW) + LOW, 0.0, 1.0)
 
 
+def valid_heads(heads_per_layer, H):
+    """(A, H) bool: which entries of a gate row are heads (a pruned layer's row is padded)."""
+    return onp.array([[h < n for h in range(H)] for n in heads_per_layer])
+
+
 def final_gates(log_alpha, target_heads, heads_per_layer):
     """Exact gates from host log_alpha (A, H): the ``target_heads`` largest (at least one per
     layer; padding of a pruned layer's row never) keep their deterministic value, raised to a
     small positive floor if it is 0 (so a kept head stays a head), the rest are 0."""
     A, H = log_alpha.shape
-    valid = onp.array([[h < heads_per_layer[a] for h in range(H)] for a in range(A)])
+    valid = valid_heads(heads_per_layer, H)
     if not 1 <= target_heads <= valid.sum():
         raise ValueError(f"target_heads={target_heads} must be between 1 and {valid.sum()}")
     keep = onp.zeros((A, H), bool)
@@ -82,8 +87,8 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
     params = gluon.ParameterDict("l0_")
     log_alpha = params.get("log_alpha", shape=shape, init=mx.init.Constant(INIT_LOG_ALPHA))
     params.initialize(ctx=ctx)
-    valid = onp.array([[h < cfg.heads_of(a) for h in range(shape[1])] for a in range(shape[0])],
-                      "float32")
+    heads_per_layer = [cfg.heads_of(a) for a in range(shape[0])]
+    valid = valid_heads(heads_per_layer, shape[1]).astype("float32")
     valid_nd = np.array(valid, ctx=ctx)
     loss_fn = LabelSmoothedCrossEntropy(cfg.vocab_size, label_smoothing)
     loss_fn.initialize(ctx=ctx)
@@ -115,7 +120,6 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
                     not max_steps and time.perf_counter() - start >= 60 * minutes):
                 alpha = log_alpha.data(ctx).asnumpy()
                 return {"log_alpha": alpha, "open_probability": open_probability(alpha, onp),
-                        "gates": final_gates(alpha, target_heads, [cfg.heads_of(a) for a in
-                                                                   range(shape[0])]),
+                        "gates": final_gates(alpha, target_heads, heads_per_layer),
                         "history": history, "steps": step}
         epoch += 1

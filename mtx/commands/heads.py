@@ -42,11 +42,16 @@ def removal_orders(cfg, model, scores, src_ids, tgt_ids, ctx):
     return orders
 
 
+def all_heads(model_cfg):
+    """The heads of every attention layer together (a pruned run's layers may differ)."""
+    return sum(model_cfg.heads_of(a) for a in range(model_cfg.num_attention_layers))
+
+
 def heads_to_remove(cfg, model_cfg):
     """prune_fraction= (or, with method=l0, target_heads=) as a number of heads to remove (None:
     chosen by max_bleu_loss), checked before the study: a step of the pruning curves, or for the
     learned gates any count that leaves a head in every layer."""
-    all_heads = sum(model_cfg.heads_of(a) for a in range(model_cfg.num_attention_layers))
+    total = all_heads(model_cfg)
     if cfg.method not in ("order", "l0"):
         raise ConfigError(f"method={cfg.method} is not a pruning method; use method=order (the "
                           f"importance orders) or method=l0 (learned gates)")
@@ -55,19 +60,19 @@ def heads_to_remove(cfg, model_cfg):
             raise ConfigError("method=l0 needs exactly one of target_heads= (heads to keep) and "
                               "prune_fraction= (fraction to remove), e.g. prune_fraction=0.75")
         keep = (cfg.target_heads if cfg.target_heads is not None
-                else all_heads - int(round(cfg.prune_fraction * all_heads)))
+                else total - int(round(cfg.prune_fraction * total)))
         layers = model_cfg.num_attention_layers
-        if not layers <= keep < all_heads:
-            raise ConfigError(f"method=l0 would keep {keep} of the {all_heads} heads; keep at "
+        if not layers <= keep < total:
+            raise ConfigError(f"method=l0 would keep {keep} of the {total} heads; keep at "
                               f"least one per layer ({layers}) and fewer than all")
-        return all_heads - keep
+        return total - keep
     if cfg.prune_fraction is None:
         return None
-    to_remove = int(round(cfg.prune_fraction * all_heads))
-    if to_remove not in heads.curve_steps(all_heads):
+    to_remove = int(round(cfg.prune_fraction * total))
+    if to_remove not in heads.curve_steps(total):
         raise ConfigError(f"prune_fraction={cfg.prune_fraction} removes {to_remove} heads, "
                           f"not a step of the pruning curves; pick one that removes one of "
-                          f"{heads.curve_steps(all_heads)} of the {all_heads} heads")
+                          f"{heads.curve_steps(total)} of the {total} heads")
     return to_remove
 
 
@@ -126,8 +131,7 @@ def learned_gates(cfg, s):
     gated, _, _ = load_run(s.run_dir, s.ctx, cfg.checkpoint)  # its weights change with the gates
     gated.hybridize(static_alloc=True)
     model_cfg = s.model.cfg
-    layers = range(model_cfg.num_attention_layers)
-    target = sum(model_cfg.heads_of(a) for a in layers) - s.to_remove
+    target = all_heads(model_cfg) - s.to_remove
     result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_len), s.ctx, target,
                          cfg.l0.minutes, lr=cfg.l0.lr, gate_lr=cfg.l0.gate_lr,
                          lambda_rate=cfg.l0.lambda_rate, batch_tokens=cfg.l0.batch_tokens,
