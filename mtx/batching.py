@@ -1,5 +1,5 @@
-"""Subword ids -> padded batches: length buckets for training, source-length groups for
-translation.
+"""Subword ids -> padded batches: length buckets for training (or fairseq-style packing, for
+the benchmark), source-length groups for translation.
 
 A `Batch` holds host (numpy) int32 arrays:
     src_tokens (B, S)  source ids + EOS, padded with PAD    src_valid_len (B,)
@@ -69,17 +69,29 @@ def bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle, seed, num_buckets=NU
     return [collate(src_ids, tgt_ids, group) for group in groups]
 
 
-def sorted_batches(src_ids, batch_tokens, max_sentences=MAX_TRANSLATION_ROWS):
-    """For translation: sentence indices grouped by source length (longest first) so each group
-    has about ``batch_tokens`` source tokens; returns a list of index lists."""
-    order = sorted(range(len(src_ids)), key=lambda i: -len(src_ids[i]))
+def packed_batches(src_ids, tgt_ids, batch_tokens, seed):
+    """Token-budget batches as fairseq packs them (and the peers' own harness): pairs sorted by
+    their longer side (EOS/BOS included) and packed while sentences x longest side <=
+    ``batch_tokens``, so each batch has nearly one padded shape of its own; the batch order is
+    shuffled with ``seed``."""
+    lengths = [max(len(s), len(t)) + 1 for s, t in zip(src_ids, tgt_ids)]
+    groups = length_groups(lengths, batch_tokens)
+    onp.random.RandomState(seed % (2 ** 32)).shuffle(groups)
+    return [collate(src_ids, tgt_ids, group) for group in groups]
+
+
+def length_groups(lengths, batch_tokens, max_rows=None):
+    """Indices sorted by ``lengths`` (longest first) and grouped so that each group's size times
+    its longest length stays within ``batch_tokens`` (and at most ``max_rows`` a group); a list of
+    index lists covering every index once."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     groups, current, longest = [], [], 0
     for i in order:
-        longest_if_added = max(longest, len(src_ids[i]) + 1)
+        longest_if_added = max(longest, lengths[i])
         if current and (longest_if_added * (len(current) + 1) > batch_tokens
-                        or len(current) >= max_sentences):
+                        or (max_rows and len(current) >= max_rows)):
             groups.append(current)
-            current, longest_if_added = [], len(src_ids[i]) + 1
+            current, longest_if_added = [], lengths[i]
         current.append(i)
         longest = longest_if_added
     if current:

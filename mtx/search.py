@@ -10,7 +10,7 @@ import numpy as onp
 from mxnet import np, npx
 
 from . import ops
-from .batching import sorted_batches
+from .batching import MAX_TRANSLATION_ROWS, length_groups
 from .lines import LineTranslator
 from .vocab import BOS, EOS, PAD
 
@@ -167,7 +167,8 @@ class Translator(LineTranslator):
         """Lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of them)."""
         results = [[([], 0.0)] for _ in src_ids]
         todo = [i for i, ids in enumerate(src_ids) if ids]
-        for group in sorted_batches([src_ids[i] for i in todo], self.cfg.batch_tokens):
+        for group in length_groups([len(src_ids[i]) + 1 for i in todo], self.cfg.batch_tokens,
+                                   MAX_TRANSLATION_ROWS):
             rows = [src_ids[todo[j]] for j in group]
             S = max(len(r) for r in rows) + 1
             src = onp.full((len(rows), S), PAD, "int32")

@@ -1,6 +1,7 @@
 """mtx.bench: the FLOP count, the config it reads from conf/, its command line, a tiny training
 measurement on the toy task."""
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as onp
@@ -89,7 +90,12 @@ def test_train_measurement_on_the_toy_task(tmp_path, monkeypatch, capsys):
     assert report["model_config"]["vocab_size"] == 24  # 20 toy symbols + 4 specials
     result = report["train"]["mtx"]
     assert set(result) >= {"tok_s", "tok_s_windows", "gflop_s", "steps", "warmup_steps",
-                           "precision", "kernels", "peak_rss_mb"}
+                           "precision", "kernels", "peak_rss_mb", "batching", "batch_shapes",
+                           "products_alone_gflop_s"}
+    # the step's products timed alone: the toy model's 7 kinds, its output layer 24 wide
+    products = result["products_alone"]["products"]
+    assert len(products) == 7 and products[-1]["out"] == 24
+    assert all(p["gflop_s"] > 0 and p["ms"] > 0 for p in products)
     assert result["tok_s"] > 0 and result["steps"] > 2 and result["precision"] == "float32"
     assert "native_layer_norm" in result["kernels"]
     assert "| mtx |" in capsys.readouterr().out
@@ -119,7 +125,7 @@ def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):
     calls, speeds = [], {"mtx": iter([2000.0, 1500.0, 2100.0]), "gluonnlp": iter([1600.0, 1400.0,
                                                                                  1500.0])}
 
-    def child(command, *args):
+    def child(command, *args, cwd=None):
         name = args[args.index("--impl") + 1]
         calls.append(name)
         tok_s = next(speeds[name])
@@ -132,8 +138,65 @@ def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):
     printed = capsys.readouterr().out
     # paired per round: 2000/1600, 1500/1400, 2100/1500; median 1.25 (not 2000/1500 of medians)
     assert "| mtx / gluonnlp | 1.25 | 1.071 | 1.4 | 1.25, 1.071, 1.4 |" in printed
-    assert "| mtx | 2000.0 | 2000.0, 1500.0, 2100.0 | 100.0 | 33% | 67% |" in printed
-    assert "300.0 GFLOP/s float32, 150.0 bfloat16" in printed
+    assert "| mtx | 2000.0 | 2000.0, 1500.0, 2100.0 | 100.0 | 33% | 67% | - |" in printed
+    assert "300.0 GFLOP/s float32 (rounds: 300.0, 300.0, 300.0), 150.0 bfloat16" in printed
+
+
+def test_batchings_interleave_as_implementations_do(monkeypatch, capsys):
+    """`--batches bucket,packed`: every round runs each implementation on each batching (the
+    child gets one), labelled "<impl> (<batching>)", ratios against the first."""
+    from mtx.bench import machine, workers
+    calls = []
+
+    def child(command, *args, cwd=None):
+        name, batching = args[args.index("--impl") + 1], args[args.index("--batches") + 1]
+        calls.append((name, batching))
+        tok_s = 1000.0 * (1 + len(calls))
+        return {"train": {name: {"tok_s": tok_s, "gflop_s": tok_s / 20}}}
+    monkeypatch.setattr(workers, "run_child", child)
+    monkeypatch.setattr(machine, "gemm_peak", lambda dtype="float32": 300.0)
+    main(["train", "--impl", "gluonnlp", "--batches", "bucket,packed", "--rounds", "2"])
+    assert calls == [("gluonnlp", "bucket"), ("gluonnlp", "packed")] * 2
+    printed = capsys.readouterr().out
+    # round 1: 2000 / 3000, round 2: 4000 / 5000
+    assert "| gluonnlp (bucket) / gluonnlp (packed) | 0.733 | 0.667 | 0.8 | 0.667, 0.8 |" in printed
+
+
+def test_an_older_revision_runs_in_its_own_checkout(monkeypatch, capsys):
+    """`--impl mtx,mtx@REV`: the REV child runs in a worktree of REV (its files are REV's), is
+    not given options REV's bench may not know when they are at their defaults, and is paired
+    with the current mtx round by round."""
+    import subprocess
+    from mtx.bench import machine, workers
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent).stdout.strip()
+    calls = []
+
+    def child(command, *args, cwd=None):
+        calls.append((args, cwd))
+        if cwd is not None:  # the checkout holds HEAD's tree
+            listed = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                    text=True, cwd=cwd).stdout.strip()
+            assert listed == head and (Path(cwd) / "mtx" / "bench").is_dir()
+        return {"train": {"mtx": {"tok_s": 2000.0 if cwd is None else 1000.0, "gflop_s": 1.0}}}
+    monkeypatch.setattr(workers, "run_child", child)
+    monkeypatch.setattr(machine, "gemm_peak", lambda dtype="float32": 300.0)
+    main(["train", "--impl", "mtx,mtx@HEAD", "--rounds", "2"])
+    assert [cwd is None for _, cwd in calls] == [True, False, True, False]
+    assert "--batches" in calls[0][0] and "--batches" not in calls[1][0]
+    assert "| mtx / mtx@HEAD | 2.0 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["train", "--impl", "mtx", "--batches", "sorted"],
+                                  ["train", "--impl", "mtx,mtx@no-such-revision-x"],
+                                  ["profile", "--impl", "mtx", "--batches", "bucket,packed"]])
+def test_bad_batching_or_revision_is_a_one_line_error(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.startswith("error: --batches ") or "no such git revision" in err
+    assert err.count("\n") == 1
 
 
 def test_machine_description_has_the_onednn_version():

@@ -3,10 +3,11 @@
     python -m mtx.bench [all] [--impl mtx,mtx-bf16,gluonnlp,d2l] [--seconds 60] [--steps 64]
                         [--run RUN_DIR] [--out FILE]
     python -m mtx.bench train --impl IMPL[,IMPL...] [--seconds 60] [--rounds 3] [--warmup-steps 20]
-                              [--out FILE]
+                              [--batches bucket[,packed]] [--out FILE]
     python -m mtx.bench decode --impl IMPL[,IMPL...] [--steps 64] [--max-sentences N] [--out FILE]
     python -m mtx.bench decode --run RUN_DIR [--impl mtx,mtx-bf16,ct2-float32,ct2-int8] [--out FILE]
-    python -m mtx.bench profile --impl IMPL[,IMPL...] [--steps 20] [--out FILE]
+    python -m mtx.bench profile --impl IMPL[,IMPL...] [--steps 20] [--batches bucket|packed]
+                                [--out FILE]
     python -m mtx.bench translate --run RUN_DIR [--beam 5] [--max-sentences N] [--profile]
                                   [--out FILE]
     python -m mtx.bench compare-runs RUN_DIR RUN_DIR... [--steps 64] [--rounds 3] [--out FILE]
@@ -18,9 +19,10 @@ vocabulary, conf/data/multi30k_en_de.yaml (--data), the same ~4096-token batches
 implementation, fp32 (mtx-bf16: mtx with bfloat16 matrix multiplies), OMP_NUM_THREADS threads.
 With one --impl the measurement runs in this process; with several (and in `all`) each runs in a
 process of its own (`python -m mtx.bench <command> --impl X --out FILE`). Training with several
-implementations runs in interleaved rounds (mtx, peer, mtx, peer, ...: --rounds, --seconds each)
-and reports each one's median over the rounds and the paired ratios of the first implementation to
-each other one, round by round (a drifting machine moves both sides of a pair alike), with the
+implementations (or batchings: --batches bucket,packed) runs in interleaved rounds (mtx, peer,
+mtx, peer, ...: --rounds, --seconds each; `mtx@REV` is mtx at git revision REV, from a temporary
+worktree, to measure what commits bought) and reports each one's median over the rounds and the
+paired ratios of the first implementation to each other one, round by round (a drifting machine moves both sides of a pair alike), with the
 measured float32 and bfloat16 GEMM peaks and the MFU against both. `all` measures training
 and decoding (plus mtx-recompute, mtx's decoder without its cache) and, with --run, the trained
 run's beam-1 and beam-5 translation. `decode --run` puts mtx and the run exported to CTranslate2
@@ -36,7 +38,7 @@ import sys
 from pathlib import Path
 
 from ..errors import USER_ERROR, ConfigError, MtxError
-from . import inputs, workers
+from . import inputs, revisions, workers
 from .impls import CT2_QUANTIZATIONS, DECODE_IMPLS, RUN_IMPLS, TRAIN_IMPLS
 
 DEFAULT_SECONDS = 60.0        # measured training seconds per implementation (per round)
@@ -46,22 +48,46 @@ DEFAULT_PROFILE_STEPS = 20    # profiled training steps per implementation
 DEFAULT_ROUNDS = 3            # rounds of compare-runs
 TRANSLATE_BEAMS = (1, 5)      # `all --run`: greedy and the default beam
 CHILD_FLAGS = {"decode_run": "--run"}  # options whose flag is not --<dest>
-CHILD_OPTIONS = {"train": ("model", "data", "seconds", "warmup_steps"),
+CHILD_OPTIONS = {"train": ("model", "data", "seconds", "warmup_steps", "batches"),
                  "decode": ("model", "data", "steps", "max_sentences", "decode_run"),
-                 "profile": ("model", "data", "steps", "warmup_steps")}
+                 "profile": ("model", "data", "steps", "warmup_steps", "batches")}
+# options that older revisions' benches may not know, with their defaults: left out of an
+# mtx@REV child's command line when at the default
+NEW_OPTIONS = {"batches": inputs.BATCHINGS[0]}
 log = logging.getLogger("mtx.bench")
 
 
 def impl_names(text, known):
-    """'mtx,d2l' -> ['mtx', 'd2l'], or ConfigError naming the unknown one and the choices."""
+    """'mtx,d2l' -> ['mtx', 'd2l'], or ConfigError naming the unknown one and the choices.
+    ``mtx@REV`` (any mtx implementation at a git revision) is known where ``mtx`` is."""
     names = [n for n in text.split(",") if n]
     for name in names:
-        if name not in known:
+        if name.partition("@")[0] not in known or name.endswith("@") or (
+                "@" in name and not name.startswith("mtx")):
             raise ConfigError(f"--impl {name}: unknown implementation; choose from "
-                              f"{', '.join(known)}")
+                              f"{', '.join(known)} (mtx ones also as IMPL@GIT_REVISION)")
     if not names:
         raise ConfigError(f"--impl is empty; choose from {', '.join(known)}")
     return names
+
+
+def batchings(args):
+    """--batches 'bucket,packed' -> ['bucket', 'packed'], or ConfigError naming the unknown one."""
+    names = [n for n in getattr(args, "batches", inputs.BATCHINGS[0]).split(",") if n]
+    for name in names or [""]:
+        if name not in inputs.BATCHINGS:
+            raise ConfigError(f"--batches {name}: unknown batching; choose from "
+                              f"{', '.join(inputs.BATCHINGS)}")
+    return names
+
+
+def one_batching(args):
+    """The one batching of a measurement in this process."""
+    names = batchings(args)
+    if len(names) > 1:
+        raise ConfigError(f"--batches {args.batches}: one batching per process; several need "
+                          f"several --impl (interleaved rounds) or the train command")
+    return names[0]
 
 
 def measure(kind, args, name):
@@ -78,7 +104,7 @@ def measure(kind, args, name):
                                                       args.profile)
     elif kind == "train":
         result, model_cfg = workers.measure_train(name, args.model, args.data, args.seconds,
-                                                  args.warmup_steps)
+                                                  args.warmup_steps, one_batching(args))
     elif kind == "decode" and args.decode_run:
         result, model_cfg = workers.measure_run_decode(name, args.decode_run, args.max_sentences)
     elif kind == "decode":
@@ -88,7 +114,7 @@ def measure(kind, args, name):
                                                    args.max_sentences)
     else:
         result, model_cfg = workers.measure_profile(name, args.model, args.data, args.steps,
-                                                    args.warmup_steps)
+                                                    args.warmup_steps, one_batching(args))
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return {"machine": describe(), "model_config": dataclasses.asdict(model_cfg),
             kind: {name: result}}
@@ -107,10 +133,14 @@ def measure_in_children(kind, args, names, report):
         if not installed(name):
             report[kind][name] = {"skipped": f"{name} not installed ({PEER_PACKAGES[name]})"}
             continue
+        impl, _, revision = name.partition("@")
         options = [(CHILD_FLAGS.get(key, f"--{key.replace('_', '-')}"), getattr(args, key))
-                   for key in CHILD_OPTIONS[kind] if getattr(args, key, None) is not None]
-        child = workers.run_child(kind, "--impl", name, *[x for pair in options for x in pair])
-        report[kind][name] = child_result(child, kind, name)
+                   for key in CHILD_OPTIONS[kind] if getattr(args, key, None) is not None
+                   and not (revision and key in NEW_OPTIONS and
+                            getattr(args, key) == NEW_OPTIONS[key])]
+        child = workers.run_child(kind, "--impl", impl, *[x for pair in options for x in pair],
+                                  cwd=revisions.checkout(revision) if revision else None)
+        report[kind][name] = child_result(child, kind, impl)
         if child.get("model_config"):
             report.setdefault("model_config", child["model_config"])
         log.info("%s %s %s", name, kind, {k: v for k, v in report[kind][name].items()
@@ -121,18 +151,27 @@ def measure_in_children(kind, args, names, report):
 def measure_rounds(args, names, report):
     """Training of ``names`` in ``args.rounds`` interleaved rounds, each in a process of its own,
     into report["train"] (each implementation's median round, with "rounds": its per-round
-    results), report["train_ratios"] (paired ratios of names[0]) and the GEMM peaks."""
+    results), report["train_ratios"] (paired ratios of the first) and the GEMM peaks, measured
+    here before every round (the best of them: a peak taken once catches the host at any speed)."""
     from .machine import gemm_peak
-    report["gemm_peak_gflop_s"] = round(gemm_peak(), 1)
-    report["gemm_peak_bf16_gflop_s"] = round(gemm_peak("bfloat16"), 1)
-    per_round = {name: [] for name in names}
+    kinds = batchings(args)
+    label = lambda name, batching: name if len(kinds) == 1 else f"{name} ({batching})"
+    per_round = {label(name, b): [] for b in kinds for name in names}
+    peaks = {"float32": [], "bfloat16": []}
     for r in range(args.rounds):
         log.info("round %d of %d", r + 1, args.rounds)
-        measure_in_children("train", args, names, report)
-        for name in names:
-            per_round[name].append(report["train"][name])
-    report["train"] = {name: workers.median_round(rounds) for name, rounds in per_round.items()}
-    report["train_ratios"] = workers.paired_ratios(per_round, names[0], "tok_s")
+        for dtype, measured in peaks.items():
+            measured.append(round(gemm_peak(dtype), 1))
+        for batching in kinds:
+            measured = measure_in_children("train", argparse.Namespace(
+                **{**vars(args), "batches": batching}), names, report)
+            for name in names:
+                per_round[label(name, batching)].append(measured["train"][name])
+    report["gemm_peak_gflop_s"] = max(peaks["float32"])
+    report["gemm_peak_bf16_gflop_s"] = max(peaks["bfloat16"])
+    report["gemm_peak_rounds"] = peaks
+    report["train"] = {key: workers.median_round(rounds) for key, rounds in per_round.items()}
+    report["train_ratios"] = workers.paired_ratios(per_round, next(iter(per_round)), "tok_s")
     return report
 
 
@@ -146,10 +185,11 @@ def run_measurements(args):
             raise ConfigError("decode: give --impl IMPL[,IMPL...], or --run RUN_DIR")
         args.impl = ",".join(RUN_IMPLS)
     names = impl_names(args.impl, DECODE_IMPLS if args.command == "decode" else TRAIN_IMPLS)
-    if len(names) == 1:
-        report = measure(args.command, args, names[0])
-    elif args.command == "train":
+    elsewhere = any("@" in name for name in names)  # another revision runs in its checkout
+    if args.command == "train" and (len(names) > 1 or len(batchings(args)) > 1 or elsewhere):
         report = measure_rounds(args, names, {"machine": describe()})
+    elif len(names) == 1 and not elsewhere:
+        report = measure(args.command, args, names[0])
     else:
         report = measure_in_children(args.command, args, names, {"machine": describe()})
     results = report[args.command]
@@ -219,6 +259,11 @@ def option_groups():
                           help="untimed training steps first")
     training.add_argument("--rounds", type=int, default=DEFAULT_TRAIN_ROUNDS,
                           help="interleaved rounds when several implementations train")
+    training.add_argument("--batches", default=inputs.BATCHINGS[0],
+                          help=f"training batches, comma-separated: {', '.join(inputs.BATCHINGS)} "
+                          f"(bucket: gluonnlp's bucket sampler, as mtx and gluonnlp train; "
+                          f"packed: length-sorted packing, as fairseq); several: each "
+                          f"implementation on each, interleaved")
     decoding = argparse.ArgumentParser(add_help=False)
     decoding.add_argument("--steps", type=int, default=DEFAULT_DECODE_STEPS,
                           help="forced greedy decoding steps")
@@ -253,6 +298,8 @@ def build_parser():
     add_impl(p)
     p.add_argument("--steps", type=int, default=DEFAULT_PROFILE_STEPS, help="profiled steps")
     p.add_argument("--warmup-steps", type=int, default=workers.WARMUP_STEPS)
+    p.add_argument("--batches", default=inputs.BATCHINGS[0],
+                   help=f"training batches: {', '.join(inputs.BATCHINGS)}")
     p = sub.add_parser("translate", parents=[common], help="a trained run's real translation")
     p.add_argument("--run", required=True, help="a training run directory")
     p.add_argument("--beam", type=int, default=TRANSLATE_BEAMS[-1])

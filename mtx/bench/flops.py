@@ -39,3 +39,16 @@ def train_flops(model_cfg, batch):
     attn = step * ATTENTION_PRODUCTS * d * (enc_layers * (s * s).sum()
                                             + dec_layers * ((t * t).sum() + (t * s).sum()))
     return float(dense + attn)
+
+
+def step_products(model_cfg, src_rows, tgt_rows):
+    """The matrix products (FullyConnected) one training step of ``model_cfg`` runs, with the
+    rows they really run on (padded positions included; cross-attention keys and values on the
+    source rows): [(rows, in, out, how many per step)]."""
+    d, ffn = model_cfg.num_hiddens, model_cfg.ffn_num_hiddens
+    enc_layers, dec_layers = model_cfg.num_encoder_layers, model_cfg.num_decoder_layers
+    return [(src_rows, d, d, 4 * enc_layers + 2 * dec_layers),  # encoder Q K V O, cross K V
+            (src_rows, d, ffn, enc_layers), (src_rows, ffn, d, enc_layers),
+            (tgt_rows, d, d, 6 * dec_layers),  # decoder self Q K V O, cross Q O
+            (tgt_rows, d, ffn, dec_layers), (tgt_rows, ffn, d, dec_layers),
+            (tgt_rows, d, model_cfg.vocab_size, 1)]  # the output layer

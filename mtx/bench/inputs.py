@@ -14,6 +14,8 @@ DEFAULT_MODEL = "small"            # conf/model/small.yaml
 DEFAULT_DATA = "multi30k_en_de"    # conf/data/multi30k_en_de.yaml
 CORPUS_SEED = 1                    # toy data and the training batches' shuffle
 TRAIN_BATCH_TOKENS = 4096          # padded tokens per training batch, for every implementation
+BATCHINGS = ("bucket", "packed")   # training batches: mtx's and gluonnlp's bucket sampler, or
+                                   # fairseq-style length packing (the peers' own harness)
 DECODE_SPLIT = "test_2016_flickr"  # Multi30k's test split (the toy task uses the same name)
 DECODE_BATCH = 64                  # sentences per greedy decoding batch
 
@@ -57,11 +59,18 @@ def load(model_name, data_name):
     return corpus, model_config(model_name, len(corpus.tokenizer)), data_cfg
 
 
-def train_batches(corpus, data_cfg):
-    """The training pairs no longer than data.max_len in shuffled ~4096-token batches."""
-    from ..batching import bucket_batches
-    return bucket_batches(*corpus.train_pairs(data_cfg.max_len), TRAIN_BATCH_TOKENS,
-                          shuffle=True, seed=CORPUS_SEED)
+def train_batches(corpus, data_cfg, batching=BATCHINGS[0]):
+    """The training pairs no longer than data.max_len in shuffled ~4096-token batches:
+    ``batching`` "bucket" (gluonnlp's FixedBucketSampler, as mtx's trainer and gluonnlp's
+    train_transformer.py batch) or "packed" (length-sorted packing, as fairseq and
+    ../shared/peers/common.py batch)."""
+    from ..batching import bucket_batches, packed_batches
+    pairs = corpus.train_pairs(data_cfg.max_len)
+    if batching == "packed":
+        return packed_batches(*pairs, TRAIN_BATCH_TOKENS, seed=CORPUS_SEED)
+    if batching != "bucket":
+        raise ConfigError(f"--batches {batching}: choose one of {', '.join(BATCHINGS)}")
+    return bucket_batches(*pairs, TRAIN_BATCH_TOKENS, shuffle=True, seed=CORPUS_SEED)
 
 
 def decode_batches(corpus, max_sentences=None, batch_size=DECODE_BATCH):

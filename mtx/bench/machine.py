@@ -8,6 +8,7 @@ CPUINFO = "/proc/cpuinfo"
 RELEVANT_FLAG_PREFIXES = ("avx512", "amx")
 GEMM_SIZE = 2048     # square FullyConnected, (GEMM_SIZE, GEMM_SIZE) x (GEMM_SIZE, GEMM_SIZE)
 GEMM_REPEATS = 10    # the best of these many
+SHAPE_REPEATS = 5    # forward + backward of each of a step's products: the best of these many
 
 
 def cpu_info(path=CPUINFO):
@@ -86,3 +87,33 @@ def gemm_peak(dtype="float32"):
         mx.nd.FullyConnected(a, w, num_hidden=GEMM_SIZE, no_bias=True).wait_to_read()
         best = min(best, time.perf_counter() - tic)
     return 2 * GEMM_SIZE ** 3 / best / 1e9
+
+
+def products_speed(products):
+    """The matrix products of a step [(rows, in, out, count)], each timed alone forward and
+    backward (FullyConnected with bias: the forward and both gradients, best of SHAPE_REPEATS) ->
+    {"gflop_s": their FLOPs over their summed time, "products": [{rows, in, out, count, ms,
+    gflop_s}]}: the speed the step's products would have if nothing else ran."""
+    import mxnet as mx
+    from mxnet import autograd
+    rows_out, flops, seconds = [], 0.0, 0.0
+    for rows, n_in, n_out, count in products:
+        x, w = mx.nd.random.normal(shape=(rows, n_in)), mx.nd.random.normal(shape=(n_out, n_in))
+        b = mx.nd.zeros((n_out,))
+        for a in (x, w, b):
+            a.attach_grad()
+        best = float("inf")
+        for _ in range(SHAPE_REPEATS):
+            tic = time.perf_counter()
+            with autograd.record():
+                y = mx.nd.FullyConnected(x, w, b, num_hidden=n_out)
+            y.backward(mx.nd.ones_like(y))
+            mx.nd.waitall()
+            best = min(best, time.perf_counter() - tic)
+        product_flops = 6 * rows * n_in * n_out  # forward, input gradient, weight gradient
+        flops, seconds = flops + count * product_flops, seconds + count * best
+        rows_out.append({"rows": rows, "in": n_in, "out": n_out, "count": count,
+                         "ms": round(1000 * best, 2),
+                         "gflop_s": round(product_flops / best / 1e9, 1)})
+    return {"gflop_s": round(flops / seconds / 1e9, 1), "ms_per_step": round(1000 * seconds, 1),
+            "products": rows_out}

@@ -56,18 +56,22 @@ def operators_table(results):
 
 def rounds_table(report):
     """Interleaved training rounds: each implementation's median tok/s and MFU against the
-    measured float32 and bfloat16 GEMM peaks, then the paired ratios."""
+    measured float32 and bfloat16 GEMM peaks, the speed of its step's matrix products timed
+    alone at the batches' padded shapes (`machine.products_speed`), then the paired ratios."""
     fp32, bf16 = report["gemm_peak_gflop_s"], report["gemm_peak_bf16_gflop_s"]
-    lines = [f"GEMM peak (2048^3 FullyConnected): {fp32} GFLOP/s float32, {bf16} bfloat16", "",
+    peak_rounds = report.get("gemm_peak_rounds", {}).get("float32", [])
+    lines = [f"GEMM peak (2048^3 FullyConnected, best of the rounds): {fp32} GFLOP/s float32 "
+             f"(rounds: {', '.join(map(str, peak_rounds))}), {bf16} bfloat16", "",
              "| implementation | tok/s (median round) | per round | GFLOP/s | MFU fp32 "
-             "| MFU bf16 |", "|---|---|---|---|---|---|"]
+             "| MFU bf16 | its products alone, GFLOP/s |", "|---|---|---|---|---|---|---|"]
     for name, r in report["train"].items():
         if "gflop_s" not in r:
-            lines.append(f"| {name} | {_cell(r, 'tok_s')} | - | - | - | - |")
+            lines.append(f"| {name} | {_cell(r, 'tok_s')} | - | - | - | - | - |")
             continue
         rounds = ", ".join(str(x["tok_s"]) for x in r.get("rounds", []))
         lines.append(f"| {name} | {r['tok_s']} | {rounds} | {r['gflop_s']} "
-                     f"| {100 * r['gflop_s'] / fp32:.0f}% | {100 * r['gflop_s'] / bf16:.0f}% |")
+                     f"| {100 * r['gflop_s'] / fp32:.0f}% | {100 * r['gflop_s'] / bf16:.0f}% "
+                     f"| {r.get('products_alone_gflop_s', '-')} |")
     lines += ["", "| paired ratio (tok/s) | median | min | max | per round |",
               "|---|---|---|---|---|"]
     lines += [f"| {pair} | {x['median']} | {x['min']} | {x['max']} | "

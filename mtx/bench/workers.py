@@ -2,7 +2,9 @@
 --out FILE`; `run_child` starts one), so peak memory and warm caches belong to one implementation.
 
 Training: target tokens/s over consecutive steps on the common batches after WARMUP_STEPS steps,
-the median over windows of at least WINDOW_SECONDS, and model FLOP/s (`mtx.bench.flops`).
+the median over windows of at least WINDOW_SECONDS, and model FLOP/s (`mtx.bench.flops`); then
+the step's matrix products timed alone at the batches' average padded shapes (what the step
+would reach if nothing else ran: `machine.products_speed`).
 Decoding: greedy, DECODE_BATCH sentences a batch, the same forced number of steps for everyone;
 with a trained run (``decode --run``), each implementation translates the run's test split with
 the run's weights, with beam 5 and greedily, as a user would (`measure_run_decode`).
@@ -19,9 +21,9 @@ from pathlib import Path
 import numpy as onp
 
 from . import inputs
-from .flops import train_flops
+from .flops import step_products, train_flops
 from .impls import greedy_decoder, precision_of, run_translators, training_step
-from .machine import kernel_status
+from .machine import kernel_status, products_speed
 
 WARMUP_STEPS = 20                # training steps before any timing (graphs, allocator, caches)
 WINDOW_SECONDS = 10.0            # training throughput: the median over windows this long
@@ -94,14 +96,30 @@ def paired_ratios(per_round, reference, key):
     return ratios
 
 
-def measure_train(name, model_name, data_name, seconds, warmup_steps=WARMUP_STEPS):
-    """Training throughput of implementation ``name`` -> (result, ModelConfig)."""
+def batch_facts(batches):
+    """What a list of training batches is: how many, their distinct padded shapes, and the real
+    and padded target tokens of the average batch."""
+    shapes = {(b.src_tokens.shape, b.tgt_in.shape) for b in batches}
+    return {"batches": len(batches), "batch_shapes": len(shapes),
+            "real_tgt_tokens": round(float(onp.mean([b.num_tgt_tokens for b in batches]))),
+            "padded_tgt_tokens": round(float(onp.mean([b.tgt_in.size for b in batches]))),
+            "padded_src_tokens": round(float(onp.mean([b.src_tokens.size for b in batches])))}
+
+
+def measure_train(name, model_name, data_name, seconds, warmup_steps=WARMUP_STEPS,
+                  batching=inputs.BATCHINGS[0]):
+    """Training throughput of implementation ``name`` on ``batching``'s batches ->
+    (result, ModelConfig)."""
     corpus, model_cfg, data_cfg = inputs.load(model_name, data_name)
-    batches = inputs.train_batches(corpus, data_cfg)
+    batches = inputs.train_batches(corpus, data_cfg, batching)
     step = training_step(name, corpus, model_cfg, data_cfg)
     timed = timed_steps(step, batches, seconds, lambda b: train_flops(model_cfg, b), warmup_steps)
+    facts = batch_facts(batches)
+    alone = products_speed(step_products(model_cfg, facts["padded_src_tokens"],
+                                         facts["padded_tgt_tokens"]))
     result = {**throughput(timed[warmup_steps:]), "steps": len(timed),
-              "warmup_steps": warmup_steps}
+              "warmup_steps": warmup_steps, "batching": batching, **facts,
+              "products_alone_gflop_s": alone["gflop_s"], "products_alone": alone}
     return {**result, **impl_facts(name)}, model_cfg
 
 
@@ -124,11 +142,12 @@ def profiled(fn, per=1):
     return result, seconds, {op: round(v, 1) for op, v in ms if v >= PROFILE_MIN_MS}
 
 
-def measure_profile(name, model_name, data_name, steps, warmup_steps=WARMUP_STEPS):
+def measure_profile(name, model_name, data_name, steps, warmup_steps=WARMUP_STEPS,
+                    batching=inputs.BATCHINGS[0]):
     """MXNet's profiler (aggregate stats) over ``steps`` training steps after ``warmup_steps``:
     wall ms per step and {operator: ms per step}, largest first -> (result, ModelConfig)."""
     corpus, model_cfg, data_cfg = inputs.load(model_name, data_name)
-    batches = itertools.cycle(inputs.train_batches(corpus, data_cfg))
+    batches = itertools.cycle(inputs.train_batches(corpus, data_cfg, batching))
     step = training_step(name, corpus, model_cfg, data_cfg)
     for b in itertools.islice(batches, warmup_steps):
         float(step(b).asnumpy())
@@ -222,13 +241,14 @@ def measure_run_decode(name, run_dir, max_sentences=None):
     return {**result, "sentences": len(src), **impl_facts(name)}, model_cfg
 
 
-def run_child(command, *args):
-    """``python -m mtx.bench <command> <args>`` in a new process -> its JSON report, or
-    {"error": the last line of its stderr}."""
+def run_child(command, *args, cwd=None):
+    """``python -m mtx.bench <command> <args>`` in a new process (in ``cwd``: the mtx package
+    found there, e.g. another revision's checkout) -> its JSON report, or {"error": the last line
+    of its stderr}."""
     with tempfile.TemporaryDirectory(prefix="mtx-bench-") as tmp:
         out = Path(tmp) / "report.json"
         done = subprocess.run([sys.executable, "-m", "mtx.bench", command, *map(str, args),
-                               "--out", str(out)], capture_output=True, text=True)
+                               "--out", str(out)], capture_output=True, text=True, cwd=cwd)
         if done.returncode != 0 or not out.is_file():
             lines = done.stderr.strip().splitlines()
             return {"error": lines[-1] if lines else f"exit code {done.returncode}"}
