@@ -21,6 +21,7 @@ from mxnet.gluon import nn
 from mtx import kernels, ops
 from mtx.files import sha256_of
 from mtx.layers import LayerNorm
+from mtx.loss import LabelSmoothedCrossEntropy
 
 needs_compiler = pytest.mark.skipif(shutil.which("g++") is None,
                                     reason="the native kernels need a C++ compiler (g++)")
@@ -57,6 +58,47 @@ def test_native_layer_norm_matches_mxnet(hybridize):
     for name, a, b in zip(["output", "d_input", "d_gamma", "d_beta"], ours, reference):
         onp.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=name)
     assert abs(ours[0].mean(axis=-1)).max() > 0.1  # beta shifted it: not a trivial output
+
+
+def _loss_and_grads(native, logits, labels, lengths, eps, hybridize, nll_weight):
+    """(smoothed loss sum, nll sum, d logits) of LabelSmoothedCrossEntropy, fused or composed;
+    backward from loss + nll_weight * nll (the trainer's backward is loss alone)."""
+    from mtx import loss as loss_module
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loss_module.kernels, "load", lambda: native)
+        loss_fn = LabelSmoothedCrossEntropy(logits.shape[-1], eps)
+    loss_fn.initialize()
+    if hybridize:
+        loss_fn.hybridize(static_alloc=True)
+    logits = logits.copy()
+    logits.attach_grad()
+    with autograd.record():
+        loss, nll = loss_fn(logits, labels, lengths)
+        total = loss + nll_weight * nll
+    total.backward()
+    return float(loss), float(nll), logits.grad.asnumpy()
+
+
+@needs_compiler
+@pytest.mark.parametrize("hybridize,eps,label_dtype,nll_weight", [
+    (False, 0.1, "int32", 0.0), (True, 0.1, "int32", 0.0), (True, 0.0, "float32", 0.5),
+    (False, 0.3, "float32", 1.0)])
+def test_fused_cross_entropy_matches_the_composed_one(hybridize, eps, label_dtype, nll_weight):
+    """mtx_smoothed_ce against log_softmax + pick + the smoothing product: both sums and the
+    logits' gradient, masked positions (gradient exactly zero there) included, with logits far
+    from zero (the kernel's exp must hold over the whole range softmax meets)."""
+    assert kernels.load()
+    rng = onp.random.RandomState(0)
+    B, T, V = 3, 5, 301
+    logits = np.array(rng.normal(0, 8, size=(B, T, V)) + 50, dtype="float32")
+    labels = np.array(rng.randint(0, V, size=(B, T)), dtype=label_dtype)
+    lengths = np.array([5, 2, 0], dtype="int32")
+    ours = _loss_and_grads(True, logits, labels, lengths, eps, hybridize, nll_weight)
+    reference = _loss_and_grads(False, logits, labels, lengths, eps, hybridize, nll_weight)
+    onp.testing.assert_allclose(ours[:2], reference[:2], rtol=1e-5)
+    onp.testing.assert_allclose(ours[2], reference[2], rtol=1e-4, atol=1e-6)
+    assert (ours[2][1, 2:] == 0).all() and (ours[2][2] == 0).all()  # masked: exact zeros
+    assert abs(ours[2][0]).max() > 0.1  # not a trivial gradient
 
 
 def test_layer_norm_keeps_the_parameter_names_of_nn_layer_norm():

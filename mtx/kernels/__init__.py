@@ -1,7 +1,8 @@
 """mtx's native CPU kernels: C++ operators for MXNet 1.9's custom-operator library API.
 
-Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.layers.LayerNorm`. They are CPU-only;
-on a machine with a GPU, MXNet's CUDA operators run instead.
+Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.layers.LayerNorm`, and
+``mtx_smoothed_ce`` (cross_entropy.cc), used by `mtx.loss.LabelSmoothedCrossEntropy`. They are
+CPU-only; on a machine with a GPU, MXNet's CUDA operators run instead.
 
 The sources are compiled on first use (or by ``make install``) with ``$CXX`` (default ``g++``;
 extra flags from ``$CXXFLAGS``) against the headers the MXNet wheel ships
@@ -20,9 +21,9 @@ and only when its bytes are those that were built:
   A library without a record (a build cut short) is rebuilt. ``.lock`` serialises builds.
 
 When the kernels cannot be used (``MTX_NATIVE_KERNELS=0``, no compiler, a failed compile, an
-unsafe cache directory) mtx warns once (`NativeKernelWarning`) and runs MXNet's LayerNorm: same
-numbers, slower (docs/performance.md). `status` says which LayerNorm this process runs and why,
-for training reports and benchmarks.
+unsafe cache directory) mtx warns once (`NativeKernelWarning`) and runs MXNet's LayerNorm and
+MXNet's operators for the loss: same numbers, slower (docs/performance.md). `status` says which
+LayerNorm this process runs and why, for training reports and benchmarks.
 """
 import fcntl
 import hashlib
@@ -41,13 +42,13 @@ import mxnet as mx
 from .. import files
 from ..errors import FileWriteError
 
-SOURCES = [Path(__file__).with_name("layer_norm.cc")]
+SOURCES = [Path(__file__).with_name(name) for name in ("layer_norm.cc", "cross_entropy.cc")]
 FLAGS = ["-shared", "-fPIC", "-std=c++11", "-O3", "-march=native", "-fopenmp"]
 _status = {}  # this process's decision, made once by `load`
 
 
 class NativeKernelWarning(UserWarning):
-    """mtx runs MXNet's LayerNorm instead of its native one, or rebuilt a library that did not
+    """mtx runs MXNet's operators instead of its native ones, or rebuilt a library that did not
     match its recorded SHA-256."""
 
 
@@ -225,6 +226,6 @@ def _try_load():
 
 
 def _fall_back(reason):
-    warnings.warn(f"mtx native kernels not used: {reason}. Running MXNet's LayerNorm (same "
-                  f"results, slower).", NativeKernelWarning, stacklevel=4)
+    warnings.warn(f"mtx native kernels not used: {reason}. Running MXNet's LayerNorm and loss "
+                  f"operators (same results, slower).", NativeKernelWarning, stacklevel=4)
     return False, reason, None

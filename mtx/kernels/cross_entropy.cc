@@ -1,0 +1,166 @@
+// Label-smoothed cross-entropy from logits, fused, for MXNet 1.9's custom-operator library API.
+//
+// Composed of MXNet operators (log_softmax, pick, a product with a 1/V vector for the smoothing
+// term, and their backward passes plus an add_n of the two gradients) the loss walks the
+// (rows, V) logits about eight times; this walks each row twice forward (max, then the sums)
+// and once backward, and writes zeros without arithmetic for rows whose gradient is zero (the
+// padded target positions, masked after the loss).
+//
+//   mtx_smoothed_ce(logits (..., V), labels (...), eps) -> loss (...), nll (...), lse (...)
+//     nll  = lse - z[label]                  lse = log sum_v exp(z[v])
+//     loss = (1 - eps) * nll + eps * (lse - mean_v z[v])
+//   labels are float32 or int32 class ids (clamped to [0, V)); lse is kept for the backward.
+//   d logits[v] = (g_loss + g_nll) * softmax(z)[v] - g_loss * eps / V
+//                 - [v == label] * (g_loss * (1 - eps) + g_nll)
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mxnet/lib_api.h"
+
+using namespace mxnet::ext;
+
+namespace {
+
+// exp(x) for x <= 0 to about 2 ulp, in plain arithmetic so that the compiler vectorises the
+// loops that call it (std::exp is a library call per element): Cephes' expf polynomial.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  // n = x / ln 2 rounded to the nearest integer, by the 1.5 * 2^23 trick (floorf would not
+  // vectorise without -fno-trapping-math)
+  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  x = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * x + 1.3981999507e-3f;
+  y = y * x + 8.3334519073e-3f;
+  y = y * x + 4.1665795894e-2f;
+  y = y * x + 1.6666665459e-1f;
+  y = y * x + 5.0000001201e-1f;
+  y = y * x * x + x + 1.0f;
+  union {
+    int32_t bits;
+    float value;
+  } scale;
+  scale.bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n
+  return y * scale.value;
+}
+
+// out[v] = g * exp(z[v] - lse) - shift: the softmax's share of a row's gradient
+void softmax_gradient(const float* __restrict z, float* __restrict out, int64_t V, float lse,
+                      float g, float shift) {
+  for (int64_t v = 0; v < V; ++v) out[v] = g * exp_nonpositive(z[v] - lse) - shift;
+}
+
+float parse_eps(const std::unordered_map<std::string, std::string>& attrs) {
+  auto it = attrs.find("eps");
+  return it == attrs.end() ? 0.f : std::stof(it->second);
+}
+
+int64_t label_of(MXTensor& labels, int64_t r, int64_t V) {
+  const int64_t y = labels.dtype == kInt32 ? labels.data<int32_t>()[r]
+                                           : static_cast<int64_t>(labels.data<float>()[r]);
+  return y < 0 ? 0 : (y >= V ? V - 1 : y);
+}
+
+MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
+                      std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                      const OpResource& res) {
+  MXTensor& logits = (*inputs)[0];
+  const int64_t V = logits.shape.back(), rows = logits.size() / V;
+  const float* z = logits.data<float>();
+  float* loss = (*outputs)[0].data<float>();
+  float* nll = (*outputs)[1].data<float>();
+  float* lse_out = (*outputs)[2].data<float>();
+  const float eps = parse_eps(attrs);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* zr = z + r * V;
+    float m = zr[0];
+#pragma omp simd reduction(max : m)
+    for (int64_t v = 1; v < V; ++v) m = zr[v] > m ? zr[v] : m;
+    float sum_exp = 0.f, sum_z = 0.f;
+#pragma omp simd reduction(+ : sum_exp, sum_z)
+    for (int64_t v = 0; v < V; ++v) {
+      sum_exp += exp_nonpositive(zr[v] - m);
+      sum_z += zr[v];
+    }
+    const float lse = m + std::log(sum_exp);
+    const float nll_r = lse - zr[label_of((*inputs)[1], r, V)];
+    nll[r] = nll_r;
+    loss[r] = (1.f - eps) * nll_r + eps * (lse - sum_z / V);
+    lse_out[r] = lse;
+  }
+  return MX_SUCCESS;
+}
+
+// inputs: d_loss, d_nll, d_lse (ignored), logits, labels, loss, nll, lse
+// outputs: d_logits, d_labels (zeros)
+MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs,
+                       std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                       const OpResource& res) {
+  MXTensor& logits = (*inputs)[3];
+  const int64_t V = logits.shape.back(), rows = logits.size() / V;
+  const float* g_loss = (*inputs)[0].data<float>();
+  const float* g_nll = (*inputs)[1].data<float>();
+  const float* z = logits.data<float>();
+  const float* lse = (*inputs)[7].data<float>();
+  float* dz = (*outputs)[0].data<float>();
+  const float eps = parse_eps(attrs);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* dzr = dz + r * V;
+    const float gl = g_loss[r], gn = g_nll[r], g = gl + gn;
+    if (gl == 0.f && gn == 0.f) {
+      std::memset(dzr, 0, V * sizeof(float));
+      continue;
+    }
+    softmax_gradient(z + r * V, dzr, V, lse[r], g, gl * eps / V);
+    dzr[label_of((*inputs)[4], r, V)] -= gl * (1.f - eps) + gn;
+  }
+  MXTensor& d_labels = (*outputs)[1];
+  std::memset(d_labels.data_ptr, 0, d_labels.size() * 4);  // float32 or int32
+  return MX_SUCCESS;
+}
+
+MXReturnValue parse_attrs(const std::unordered_map<std::string, std::string>& attrs,
+                          int* num_inputs, int* num_outputs) {
+  *num_inputs = 2;
+  *num_outputs = 3;
+  return MX_SUCCESS;
+}
+
+MXReturnValue infer_type(const std::unordered_map<std::string, std::string>& attrs,
+                         std::vector<int>* in_types, std::vector<int>* out_types) {
+  if ((*in_types)[0] != kFloat32 || ((*in_types)[1] != kFloat32 && (*in_types)[1] != kInt32)) {
+    MX_ERROR_MSG << "mtx_smoothed_ce: float32 logits and float32 or int32 labels only";
+    return MX_FAIL;
+  }
+  for (auto& t : *out_types) t = kFloat32;
+  return MX_SUCCESS;
+}
+
+MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& attrs,
+                          std::vector<std::vector<unsigned int>>* in_shapes,
+                          std::vector<std::vector<unsigned int>>* out_shapes) {
+  const std::vector<unsigned int>& shape = (*in_shapes)[0];
+  std::vector<unsigned int> rows(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
+  if (shape.size() < 2 || (*in_shapes)[1] != rows) {
+    MX_ERROR_MSG << "mtx_smoothed_ce: labels must have the shape of logits without the last axis";
+    return MX_FAIL;
+  }
+  for (auto& s : *out_shapes) s = rows;
+  return MX_SUCCESS;
+}
+
+}  // namespace
+
+REGISTER_OP(mtx_smoothed_ce)
+    .setForward(forward, "cpu")
+    .setBackward(backward, "cpu")
+    .setParseAttrs(parse_attrs)
+    .setInferType(infer_type)
+    .setInferShape(infer_shape);
