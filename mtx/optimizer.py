@@ -2,7 +2,7 @@
 
 Per step and device: one `multi_sum_sq` gives the global gradient norm; the clip factor and the
 1/tokens normalisation become one scale array (0 when the norm is not finite); MXNet's fused
-`multi_adamw_update` applies it to up to `aggregate_num` parameters per kernel and skips the whole
+`multi_adamw_update` applies it (one parameter per kernel: `aggregate_num`) and skips the whole
 update when the scale is 0 or not finite. No gradient is rewritten and nothing is read back to the
 host, so the Python thread keeps queueing the next step.
 """
@@ -56,7 +56,10 @@ class GuardedAdam(mx_optimizer.Optimizer):
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
-        self.aggregate_num = 32  # parameters per fused update kernel
+        # parameters per fused update kernel: MXNet's multi_adamw_update walks its parameters in
+        # lock step (element i of every one, then i + 1): 32 parameters a kernel are 224 memory
+        # streams at once, one parameter is 7 (what that bought: docs/performance.md)
+        self.aggregate_num = 1
         self.scales = {}
 
     def __getstate__(self):
