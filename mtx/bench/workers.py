@@ -41,16 +41,20 @@ def impl_facts(name):
 
 
 def timed_steps(step, batches, seconds, flops_of, warmup_steps):
-    """[(seconds, target tokens, FLOPs)] of consecutive steps over ``batches`` (cycled):
-    ``warmup_steps`` steps, then steps until ``seconds`` of them (and at least one) are measured."""
-    timed, measured = [], 0.0
+    """[(seconds, target tokens, FLOPs, first step of its padded shape)] of consecutive steps
+    over ``batches`` (cycled): ``warmup_steps`` steps, then steps until ``seconds`` of them (and
+    at least one) are measured. (Hybridized graphs with static_alloc plan memory again for every
+    new shape, so the first step of a shape can be slower.)"""
+    timed, measured, seen = [], 0.0, set()
     for b in itertools.cycle(batches):
         if len(timed) > warmup_steps and measured >= seconds:
             return timed
+        shape = (b.src_tokens.shape, b.tgt_in.shape)
         tic = time.perf_counter()
         float(step(b).asnumpy())  # synchronise: the step is done
         dt = time.perf_counter() - tic
-        timed.append((dt, b.num_tgt_tokens, flops_of(b)))
+        timed.append((dt, b.num_tgt_tokens, flops_of(b), shape not in seen))
+        seen.add(shape)
         measured += dt if len(timed) > warmup_steps else 0
 
 
@@ -69,6 +73,13 @@ def throughput(measured):
     return {"tok_s": round(float(onp.median([rate(w, 1) for w in windows])), 1),
             "tok_s_windows": [round(rate(w, 1)) for w in windows],
             "gflop_s": round(rate(measured, 2) / 1e9, 1)}
+
+
+def seen_shapes_rate(measured):
+    """Target tokens/s over the measured steps whose padded shape had been stepped before (what
+    a long training sees once every shape is planned), or None when there are none."""
+    steady = [s for s in measured if not s[3]]
+    return round(sum(s[1] for s in steady) / sum(s[0] for s in steady), 1) if steady else None
 
 
 def median_round(rounds):
@@ -119,6 +130,8 @@ def measure_train(name, model_name, data_name, seconds, warmup_steps=WARMUP_STEP
                                          facts["padded_tgt_tokens"]))
     result = {**throughput(timed[warmup_steps:]), "steps": len(timed),
               "warmup_steps": warmup_steps, "batching": batching, **facts,
+              "first_shape_steps": sum(s[3] for s in timed[warmup_steps:]),
+              "tok_s_seen_shapes": seen_shapes_rate(timed[warmup_steps:]),
               "products_alone_gflop_s": alone["gflop_s"], "products_alone": alone}
     return {**result, **impl_facts(name)}, model_cfg
 
