@@ -9,13 +9,15 @@ A gate with parameter log_alpha draws z = clip(sigmoid((log u - log(1-u) + log_a
 * (HIGH - LOW) + LOW, 0, 1), u ~ U(0, 1): exactly 0 or exactly 1 with positive probability,
 differentiable in log_alpha in between. The penalty is the expected number of open gates,
 sum P(z != 0) = sum sigmoid(log_alpha - BETA log(-LOW / HIGH)), divided by the number of gates.
-Its weight (lambda) is adjusted every step so the expected number of open heads reaches
-``target_heads``: multiplied by exp(lambda_rate * (expected open - target) / gates), it grows
-geometrically while too many heads are open and shrinks while too few are, so it finds the scale
-at which the penalty outweighs the loss's pull on the least useful heads whatever that scale is
-(a fixed additive step was far too slow on the default run: lambda 3.7 after 100 steps, 35 of 36
-heads still expected open). At the end the
-``target_heads`` gates with the largest log_alpha keep their deterministic value
+Its weight (lambda) is adjusted every step so the expected number of open heads follows an aim
+that falls linearly from all heads to ``target_heads`` over the first ``anneal`` of the budget
+(`open_aim`) and then stays there: multiplied by exp(lambda_rate * (expected open - aim) / gates)
+while too many heads are open, so it finds the scale at which the penalty outweighs the loss's
+pull on the least useful heads whatever that scale is, and RELEASE times faster back down while
+too few are (`next_lambda`). Aiming at the target from the first step let lambda wind up while
+the heads resisted and then close nearly all of them at once (36 -> 1 open heads for a target of
+9 on the default run); a closed gate gets no gradient from the loss, so it does not reopen. At
+the end the ``target_heads`` gates with the largest log_alpha keep their deterministic value
 clip(sigmoid(log_alpha) * (HIGH - LOW) + LOW, 0, 1) (at least one head per layer) and every other
 gate is exactly 0.
 """
@@ -33,6 +35,7 @@ from .loss import LabelSmoothedCrossEntropy
 BETA, LOW, HIGH = 2.0 / 3.0, -0.1, 1.1
 INIT_LOG_ALPHA = 3.0  # deterministic gate clip(0.95 * 1.2 - 0.1) = 1: every head open at first
 INIT_LAMBDA, MIN_LAMBDA = 0.1, 1e-4
+RELEASE = 4.0  # lambda falls this many times faster than it rises (see next_lambda)
 
 
 def sample_gates(log_alpha):
@@ -75,11 +78,27 @@ def final_gates(log_alpha, target_heads, heads_per_layer):
     return onp.where(keep, onp.maximum(deterministic_gates(log_alpha), 1e-3), 0.0)
 
 
+def open_aim(all_heads, target_heads, progress, anneal):
+    """The expected number of open heads aimed at when ``progress`` (0..1) of the budget is
+    spent: from ``all_heads`` down to ``target_heads`` linearly until ``anneal``, then the
+    target."""
+    fall = min(1.0, progress / anneal) if anneal > 0 else 1.0
+    return all_heads - (all_heads - target_heads) * fall
+
+
+def next_lambda(lam, expected_open, aim, all_heads, rate):
+    """The L0 weight of the next step: x exp(rate * error) while more heads are open than aimed
+    at, x exp(RELEASE * rate * error) while fewer (error = (expected_open - aim) / all_heads)."""
+    error = (expected_open - aim) / all_heads
+    return max(MIN_LAMBDA, lam * math.exp(rate * error * (1.0 if error > 0 else RELEASE)))
+
+
 def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr=0.05,
-                lambda_rate=0.2, batch_tokens=2048, label_smoothing=0.1, seed=1, max_steps=None,
-                log=None):
+                lambda_rate=0.2, anneal=0.6, batch_tokens=2048, label_smoothing=0.1, seed=1,
+                max_steps=None, log=None):
     """Fine-tune ``model`` (its weights change) with a hard-concrete gate per head for
-    ``minutes`` of wall time (or ``max_steps``) on ``train_pairs`` (src_ids, tgt_ids) ->
+    ``minutes`` of wall time (or ``max_steps``) on ``train_pairs`` (src_ids, tgt_ids), the aim
+    of open heads reaching ``target_heads`` after ``anneal`` of that budget ->
     {"log_alpha": (A, H) host array, "open_probability": (A, H), "gates": the exact
     `final_gates`, "history": [per step record], "steps": n}. ``log``: a function of one line."""
     cfg = model.cfg
@@ -109,15 +128,17 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
             gate_trainer.step(1)
             step += 1
             opened = float(expected_open)
-            lam = max(MIN_LAMBDA, lam * math.exp(lambda_rate * (opened - target_heads)
-                                                  / valid.sum()))
+            elapsed = time.perf_counter() - start
+            progress = step / max_steps if max_steps else elapsed / max(1e-9, 60 * minutes)
+            aim = open_aim(valid.sum(), target_heads, progress, anneal)
+            lam = next_lambda(lam, opened, aim, valid.sum(), lambda_rate)
             history.append({"step": step, "nll": round(float(nll) / batch.num_tgt_tokens, 4),
-                            "expected_open": round(opened, 2), "lambda": round(lam, 4)})
+                            "expected_open": round(opened, 2), "aim": round(aim, 2),
+                            "lambda": round(lam, 4)})
             if log and step % 50 == 0:
                 log(f"gates step {step}: nll {history[-1]['nll']}, expected open heads "
-                    f"{opened:.1f} (target {target_heads}), lambda {lam:.3f}")
-            if (max_steps and step >= max_steps) or (
-                    not max_steps and time.perf_counter() - start >= 60 * minutes):
+                    f"{opened:.1f} (aim {aim:.1f}, target {target_heads}), lambda {lam:.3f}")
+            if (max_steps and step >= max_steps) or (not max_steps and progress >= 1):
                 alpha = log_alpha.data(ctx).asnumpy()
                 return {"log_alpha": alpha, "open_probability": open_probability(alpha, onp),
                         "gates": final_gates(alpha, target_heads, heads_per_layer),

@@ -1,6 +1,7 @@
 """Learned head gates (`mtx.gates`): the hard-concrete distribution, the exact final gates, and
 gate training on the toy run: it reaches exact zeros and the cut model equals the gated one."""
 import json
+import math
 
 import mxnet as mx
 import numpy as onp
@@ -64,6 +65,17 @@ def test_gate_training_reaches_exact_zeros_and_the_cut_model_equals_the_gated_on
     onp.testing.assert_allclose(cut(src, src_len, tgt).asnumpy(), gated, atol=1e-4)
 
 
+def test_the_aim_falls_to_the_target_and_lambda_releases_faster_than_it_rises():
+    assert gates.open_aim(36, 9, 0.0, 0.6) == 36
+    assert gates.open_aim(36, 9, 0.3, 0.6) == pytest.approx(22.5)
+    assert gates.open_aim(36, 9, 0.6, 0.6) == gates.open_aim(36, 9, 1.0, 0.6) == 9
+    assert gates.open_aim(36, 9, 0.0, 0.0) == 9  # no annealing: the target from the start
+    up = gates.next_lambda(1.0, 20.0, 18.0, 36, 0.2)  # two heads too many open
+    down = gates.next_lambda(1.0, 16.0, 18.0, 36, 0.2)  # two too few
+    assert up > 1.0 > down and math.log(1.0 / down) == pytest.approx(gates.RELEASE * math.log(up))
+    assert gates.next_lambda(gates.MIN_LAMBDA, 0.0, 18.0, 36, 0.2) == gates.MIN_LAMBDA
+
+
 def test_prune_folds_fractional_gates_into_w_o(toy):
     model, corpus = toy
     src, src_len, tgt = _inputs(corpus)
@@ -94,6 +106,7 @@ def test_heads_script_with_learned_gates(toy_run, tmp_path):
     (["method=l0"], "method=l0 needs exactly one of target_heads="),
     (["method=l0", "target_heads=3"], "method=l0 would keep 3 of the 24 heads"),
     (["method=random"], "method=random is not a pruning method"),
+    (["method=l0", "prune_fraction=0.5", "l0.anneal=1.5"], "l0.anneal=1.5: the part"),
 ])
 def test_bad_gate_settings_are_one_line_errors(toy_run, overrides, message):
     done = run_script("heads", f"ckpt={toy_run}", *overrides)

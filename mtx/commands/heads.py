@@ -65,6 +65,9 @@ def heads_to_remove(cfg, model_cfg):
         if not layers <= keep < total:
             raise ConfigError(f"method=l0 would keep {keep} of the {total} heads; keep at "
                               f"least one per layer ({layers}) and fewer than all")
+        if not 0 <= cfg.l0.anneal <= 1:
+            raise ConfigError(f"l0.anneal={cfg.l0.anneal}: the part of the budget over which the "
+                              f"aim falls to the target must be between 0 and 1, e.g. 0.6")
         return total - keep
     if cfg.prune_fraction is None:
         return None
@@ -134,7 +137,8 @@ def learned_gates(cfg, s):
     target = all_heads(model_cfg) - s.to_remove
     result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_len), s.ctx, target,
                          cfg.l0.minutes, lr=cfg.l0.lr, gate_lr=cfg.l0.gate_lr,
-                         lambda_rate=cfg.l0.lambda_rate, batch_tokens=cfg.l0.batch_tokens,
+                         lambda_rate=cfg.l0.lambda_rate, anneal=cfg.l0.anneal,
+                         batch_tokens=cfg.l0.batch_tokens,
                          seed=s.seed, max_steps=cfg.l0.max_steps, log=log.info)
     names = heads.layer_names(model_cfg)
     atomic_write_json(s.out / "gates.json", {
@@ -144,7 +148,8 @@ def learned_gates(cfg, s):
     importance_heatmaps({"P(gate open)": result["open_probability"], "gate": result["gates"]},
                         names, s.out / "gates.png")
     meta = {"method": "l0", "removed_heads": s.to_remove,
-            "l0": {**{k: cfg.l0[k] for k in ("minutes", "lr", "gate_lr", "lambda_rate")},
+            "l0": {**{k: cfg.l0[k] for k in ("minutes", "lr", "gate_lr", "lambda_rate",
+                                             "anneal")},
                    "steps": result["steps"]}}
     return gated, result["gates"], meta
 
