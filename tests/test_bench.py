@@ -144,7 +144,8 @@ def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):
 
 def test_batchings_interleave_as_implementations_do(monkeypatch, capsys):
     """`--batches bucket,packed`: every round runs each implementation on each batching (the
-    child gets one), labelled "<impl> (<batching>)", ratios against the first."""
+    child gets one), labelled "<impl> (<batching>)"; ratios of the first implementation to the
+    others on the same batches, and of each implementation's packed round to its bucket one."""
     from mtx.bench import machine, workers
     calls = []
 
@@ -155,11 +156,15 @@ def test_batchings_interleave_as_implementations_do(monkeypatch, capsys):
         return {"train": {name: {"tok_s": tok_s, "gflop_s": tok_s / 20}}}
     monkeypatch.setattr(workers, "run_child", child)
     monkeypatch.setattr(machine, "gemm_peak", lambda dtype="float32": 300.0)
-    main(["train", "--impl", "gluonnlp", "--batches", "bucket,packed", "--rounds", "2"])
-    assert calls == [("gluonnlp", "bucket"), ("gluonnlp", "packed")] * 2
+    main(["train", "--impl", "mtx,gluonnlp", "--batches", "bucket,packed", "--rounds", "2"])
+    assert calls == [("mtx", "bucket"), ("gluonnlp", "bucket"), ("mtx", "packed"),
+                     ("gluonnlp", "packed")] * 2
     printed = capsys.readouterr().out
-    # round 1: 2000 / 3000, round 2: 4000 / 5000
-    assert "| gluonnlp (bucket) / gluonnlp (packed) | 0.733 | 0.667 | 0.8 | 0.667, 0.8 |" in printed
+    # tok/s by call: round 1 mtx 2000, gluonnlp 3000, mtx 4000, gluonnlp 5000; round 2 6000...
+    assert "| mtx (bucket) / gluonnlp (bucket) | 0.762 | 0.667 | 0.857 | 0.667, 0.857 |" in printed
+    assert "| mtx (packed) / gluonnlp (packed) | 0.844 | 0.8 | 0.889 | 0.8, 0.889 |" in printed
+    assert "| mtx (packed) / mtx (bucket) | 1.667 | 1.333 | 2.0 | 2.0, 1.333 |" in printed
+    assert "| gluonnlp (packed) / gluonnlp (bucket) | 1.476 | 1.286 | 1.667 | 1.667, 1.286 |" in printed
 
 
 def test_an_older_revision_runs_in_its_own_checkout(monkeypatch, capsys):

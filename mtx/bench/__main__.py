@@ -151,7 +151,8 @@ def measure_in_children(kind, args, names, report):
 def measure_rounds(args, names, report):
     """Training of ``names`` in ``args.rounds`` interleaved rounds, each in a process of its own,
     into report["train"] (each implementation's median round, with "rounds": its per-round
-    results), report["train_ratios"] (paired ratios of the first) and the GEMM peaks, measured
+    results), report["train_ratios"] (paired ratios of the first implementation to each other on
+    the same batches, and of each on every other batching to the first) and the GEMM peaks, measured
     here before every round (the best of them: a peak taken once catches the host at any speed)."""
     from .machine import gemm_peak
     kinds = batchings(args)
@@ -171,7 +172,16 @@ def measure_rounds(args, names, report):
     report["gemm_peak_bf16_gflop_s"] = max(peaks["bfloat16"])
     report["gemm_peak_rounds"] = peaks
     report["train"] = {key: workers.median_round(rounds) for key, rounds in per_round.items()}
-    report["train_ratios"] = workers.paired_ratios(per_round, next(iter(per_round)), "tok_s")
+    report["train_ratios"] = {}
+    for batching in kinds:  # the first implementation against each other one, same batches
+        report["train_ratios"].update(workers.paired_ratios(
+            {label(name, batching): per_round[label(name, batching)] for name in names},
+            label(names[0], batching), "tok_s"))
+    for name in names:  # each implementation on every other batching against the first one
+        for batching in kinds[1:]:
+            pair = {label(name, b): per_round[label(name, b)] for b in (batching, kinds[0])}
+            report["train_ratios"].update(workers.paired_ratios(pair, label(name, batching),
+                                                                "tok_s"))
     return report
 
 
