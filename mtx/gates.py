@@ -9,15 +9,17 @@ A gate with parameter log_alpha draws z = clip(sigmoid((log u - log(1-u) + log_a
 * (HIGH - LOW) + LOW, 0, 1), u ~ U(0, 1): exactly 0 or exactly 1 with positive probability,
 differentiable in log_alpha in between. The penalty is the expected number of open gates,
 sum P(z != 0) = sum sigmoid(log_alpha - BETA log(-LOW / HIGH)), divided by the number of gates.
-Its weight (lambda) is adjusted every step so the expected number of open heads follows an aim
-that falls linearly from all heads to ``target_heads`` over the first ``anneal`` of the budget
-(`open_aim`) and then stays there: multiplied by exp(lambda_rate * (expected open - aim) / gates)
-while too many heads are open, so it finds the scale at which the penalty outweighs the loss's
-pull on the least useful heads whatever that scale is, and RELEASE times faster back down while
-too few are (`next_lambda`). Aiming at the target from the first step let lambda wind up while
-the heads resisted and then close nearly all of them at once (36 -> 1 open heads for a target of
-9 on the default run); a closed gate gets no gradient from the loss, so it does not reopen. At
-the end the ``target_heads`` gates with the largest log_alpha keep their deterministic value
+Which gates the penalty acts on follows an aim that falls linearly from all heads to
+``target_heads`` over the first ``anneal`` of the budget (`open_aim`): every step the gates are
+ranked by log_alpha, the best ceil(aim) (the best of every layer first, as at the end) are left
+alone and the penalty, with a fixed weight ``penalty``, pushes on the rest (`kept`). A gate that
+the loss needs climbs back into the kept set and pushes another out, so the ranking is learned;
+the number of open heads cannot fall far below the aim, because the kept gates feel no penalty.
+(Two earlier controllers adapted one weight for all gates to the number of open heads: the gates
+answered about a hundred steps late, the weight wound up meanwhile and then closed nearly every
+head at once, 36 -> 1 and 36 -> 7 open heads for a target of 9 on the default run; a closed gate
+gets no gradient from the loss, so it does not reopen by itself.) At the end the
+``target_heads`` gates with the largest log_alpha keep their deterministic value
 clip(sigmoid(log_alpha) * (HIGH - LOW) + LOW, 0, 1) (at least one head per layer) and every other
 gate is exactly 0.
 """
@@ -34,8 +36,6 @@ from .loss import LabelSmoothedCrossEntropy
 
 BETA, LOW, HIGH = 2.0 / 3.0, -0.1, 1.1
 INIT_LOG_ALPHA = 3.0  # deterministic gate clip(0.95 * 1.2 - 0.1) = 1: every head open at first
-INIT_LAMBDA, MIN_LAMBDA = 0.1, 1e-4
-RELEASE = 4.0  # lambda falls this many times faster than it rises (see next_lambda)
 
 
 def sample_gates(log_alpha):
@@ -61,20 +61,28 @@ def valid_heads(heads_per_layer, H):
     return onp.array([[h < n for h in range(H)] for n in heads_per_layer])
 
 
-def final_gates(log_alpha, target_heads, heads_per_layer):
-    """Exact gates from host log_alpha (A, H): the ``target_heads`` largest (at least one per
-    layer; padding of a pruned layer's row never) keep their deterministic value, raised to a
-    small positive floor if it is 0 (so a kept head stays a head), the rest are 0."""
+def kept(log_alpha, count, valid):
+    """(A, H) bool: the ``count`` valid gates with the largest log_alpha, the best of every layer
+    first (so each layer keeps a head); padding of a pruned layer's row is never kept."""
     A, H = log_alpha.shape
-    valid = valid_heads(heads_per_layer, H)
+    keep = onp.zeros((A, H), bool)
+    for a in range(A):
+        keep[a, onp.argmax(onp.where(valid[a], log_alpha[a], -onp.inf))] = True
+    order = onp.argsort(-onp.where(valid & ~keep, log_alpha, -onp.inf), axis=None,
+                        kind="stable")
+    for flat in order[:max(0, count - A)]:
+        keep[onp.unravel_index(flat, (A, H))] = True
+    return keep
+
+
+def final_gates(log_alpha, target_heads, heads_per_layer):
+    """Exact gates from host log_alpha (A, H): the `kept` ``target_heads`` keep their
+    deterministic value, raised to a small positive floor if it is 0 (so a kept head stays a
+    head), the rest are 0."""
+    valid = valid_heads(heads_per_layer, log_alpha.shape[1])
     if not 1 <= target_heads <= valid.sum():
         raise ValueError(f"target_heads={target_heads} must be between 1 and {valid.sum()}")
-    keep = onp.zeros((A, H), bool)
-    for a in range(A):  # the best head of every layer first
-        keep[a, onp.argmax(onp.where(valid[a], log_alpha[a], -onp.inf))] = True
-    order = onp.argsort(-onp.where(valid & ~keep, log_alpha, -onp.inf), axis=None)
-    for flat in order[:max(0, target_heads - A)]:
-        keep[onp.unravel_index(flat, (A, H))] = True
+    keep = kept(log_alpha, target_heads, valid)
     return onp.where(keep, onp.maximum(deterministic_gates(log_alpha), 1e-3), 0.0)
 
 
@@ -86,15 +94,8 @@ def open_aim(all_heads, target_heads, progress, anneal):
     return all_heads - (all_heads - target_heads) * fall
 
 
-def next_lambda(lam, expected_open, aim, all_heads, rate):
-    """The L0 weight of the next step: x exp(rate * error) while more heads are open than aimed
-    at, x exp(RELEASE * rate * error) while fewer (error = (expected_open - aim) / all_heads)."""
-    error = (expected_open - aim) / all_heads
-    return max(MIN_LAMBDA, lam * math.exp(rate * error * (1.0 if error > 0 else RELEASE)))
-
-
 def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr=0.05,
-                lambda_rate=0.2, anneal=0.6, batch_tokens=2048, label_smoothing=0.1, seed=1,
+                penalty=10.0, anneal=0.6, batch_tokens=2048, label_smoothing=0.1, seed=1,
                 max_steps=None, log=None):
     """Fine-tune ``model`` (its weights change) with a hard-concrete gate per head for
     ``minutes`` of wall time (or ``max_steps``) on ``train_pairs`` (src_ids, tgt_ids), the aim
@@ -107,37 +108,39 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
     log_alpha = params.get("log_alpha", shape=shape, init=mx.init.Constant(INIT_LOG_ALPHA))
     params.initialize(ctx=ctx)
     heads_per_layer = [cfg.heads_of(a) for a in range(shape[0])]
-    valid = valid_heads(heads_per_layer, shape[1]).astype("float32")
-    valid_nd = np.array(valid, ctx=ctx)
+    valid = valid_heads(heads_per_layer, shape[1])
+    valid_nd = np.array(valid.astype("float32"), ctx=ctx)
     loss_fn = LabelSmoothedCrossEntropy(cfg.vocab_size, label_smoothing)
     loss_fn.initialize(ctx=ctx)
     model_trainer = gluon.Trainer(model.collect_params(), "adam",
                                   {"learning_rate": lr, "beta2": 0.98})
     gate_trainer = gluon.Trainer(params, "adam", {"learning_rate": gate_lr})
-    lam, history, step, epoch, start = INIT_LAMBDA, [], 0, 0, time.perf_counter()
+    history, step, epoch, start, aim = [], 0, 0, time.perf_counter(), float(valid.sum())
     while True:
         for batch in bucket_batches(*train_pairs, batch_tokens, shuffle=True, seed=seed + epoch):
             src, src_len, tgt_in, tgt_out, tgt_len = to_device(batch, ctx)
+            pushed = valid & ~kept(log_alpha.data(ctx).asnumpy(), math.ceil(aim - 1e-6), valid)
+            pushed_nd = np.array(pushed.astype("float32"), ctx=ctx)
             with autograd.record():
                 gates = sample_gates(log_alpha.data(ctx)) * valid_nd + (1 - valid_nd)
                 _, nll = loss_fn(model(src, src_len, tgt_in, gates), tgt_out, tgt_len)
-                expected_open = (open_probability(log_alpha.data(ctx)) * valid_nd).sum()
-                objective = nll / batch.num_tgt_tokens + lam * expected_open / valid.sum()
+                p_open = open_probability(log_alpha.data(ctx))
+                objective = nll / batch.num_tgt_tokens + penalty * (p_open * pushed_nd).sum()
             objective.backward()
             model_trainer.step(1)
             gate_trainer.step(1)
             step += 1
-            opened = float(expected_open)
+            opened = float((p_open * valid_nd).sum())
             elapsed = time.perf_counter() - start
             progress = step / max_steps if max_steps else elapsed / max(1e-9, 60 * minutes)
             aim = open_aim(valid.sum(), target_heads, progress, anneal)
-            lam = next_lambda(lam, opened, aim, valid.sum(), lambda_rate)
             history.append({"step": step, "nll": round(float(nll) / batch.num_tgt_tokens, 4),
                             "expected_open": round(opened, 2), "aim": round(aim, 2),
-                            "lambda": round(lam, 4)})
+                            "pushed": int(pushed.sum())})
             if log and step % 50 == 0:
                 log(f"gates step {step}: nll {history[-1]['nll']}, expected open heads "
-                    f"{opened:.1f} (aim {aim:.1f}, target {target_heads}), lambda {lam:.3f}")
+                    f"{opened:.1f} (aim {aim:.1f}, target {target_heads}), "
+                    f"{int(pushed.sum())} pushed")
             if (max_steps and step >= max_steps) or (not max_steps and progress >= 1):
                 alpha = log_alpha.data(ctx).asnumpy()
                 return {"log_alpha": alpha, "open_probability": open_probability(alpha, onp),

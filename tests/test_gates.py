@@ -65,15 +65,17 @@ def test_gate_training_reaches_exact_zeros_and_the_cut_model_equals_the_gated_on
     onp.testing.assert_allclose(cut(src, src_len, tgt).asnumpy(), gated, atol=1e-4)
 
 
-def test_the_aim_falls_to_the_target_and_lambda_releases_faster_than_it_rises():
+def test_the_aim_falls_to_the_target_and_the_best_gates_are_left_alone():
     assert gates.open_aim(36, 9, 0.0, 0.6) == 36
     assert gates.open_aim(36, 9, 0.3, 0.6) == pytest.approx(22.5)
     assert gates.open_aim(36, 9, 0.6, 0.6) == gates.open_aim(36, 9, 1.0, 0.6) == 9
     assert gates.open_aim(36, 9, 0.0, 0.0) == 9  # no annealing: the target from the start
-    up = gates.next_lambda(1.0, 20.0, 18.0, 36, 0.2)  # two heads too many open
-    down = gates.next_lambda(1.0, 16.0, 18.0, 36, 0.2)  # two too few
-    assert up > 1.0 > down and math.log(1.0 / down) == pytest.approx(gates.RELEASE * math.log(up))
-    assert gates.next_lambda(gates.MIN_LAMBDA, 0.0, 18.0, 36, 0.2) == gates.MIN_LAMBDA
+    log_alpha = onp.array([[5.0, 4.0, 3.0], [-1.0, -2.0, 9.0]])
+    valid = onp.array([[True, True, True], [True, True, False]])  # layer 2 pruned to 2 heads
+    # each layer's best first (5.0; -1.0, as 9.0 is padding), then the largest: 4.0
+    assert gates.kept(log_alpha, 3, valid).tolist() == [[True, True, False],
+                                                        [True, False, False]]
+    assert gates.kept(log_alpha, 1, valid).sum(axis=1).tolist() == [1, 1]  # one per layer
 
 
 def test_prune_folds_fractional_gates_into_w_o(toy):

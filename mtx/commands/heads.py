@@ -137,7 +137,7 @@ def learned_gates(cfg, s):
     target = all_heads(model_cfg) - s.to_remove
     result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_len), s.ctx, target,
                          cfg.l0.minutes, lr=cfg.l0.lr, gate_lr=cfg.l0.gate_lr,
-                         lambda_rate=cfg.l0.lambda_rate, anneal=cfg.l0.anneal,
+                         penalty=cfg.l0.penalty, anneal=cfg.l0.anneal,
                          batch_tokens=cfg.l0.batch_tokens,
                          seed=s.seed, max_steps=cfg.l0.max_steps, log=log.info)
     names = heads.layer_names(model_cfg)
@@ -148,8 +148,7 @@ def learned_gates(cfg, s):
     importance_heatmaps({"P(gate open)": result["open_probability"], "gate": result["gates"]},
                         names, s.out / "gates.png")
     meta = {"method": "l0", "removed_heads": s.to_remove,
-            "l0": {**{k: cfg.l0[k] for k in ("minutes", "lr", "gate_lr", "lambda_rate",
-                                             "anneal")},
+            "l0": {**{k: cfg.l0[k] for k in ("minutes", "lr", "gate_lr", "penalty", "anneal")},
                    "steps": result["steps"]}}
     return gated, result["gates"], meta
 
