@@ -147,6 +147,12 @@ def test_unknown_routes_are_json_errors(server, method, path, status):
 def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(server):
     words = [f"w{i}" for i in range(20)]
     jobs = [[" ".join(words[(c + k) % 20: (c + k) % 20 + 3]) for k in range(3)] for c in range(16)]
+    # what each job gets alone: the trained toy model reverses nearly every input, not all (a
+    # fresh run once gave "w4 w3 w3 w2" for "w2 w3 w4"), so the truth is its own answer
+    alone = [post(server, "/translate", {"text": job, "beam_size": 1})[1]["translations"]
+             for job in jobs]
+    assert sum(a == [" ".join(s.split()[::-1]) for s in job]
+               for a, job in zip(alone, jobs)) >= len(jobs) // 2  # a model that learned the task
     start, answers = threading.Barrier(len(jobs)), [None] * len(jobs)
     before = get(server, "/health")[1]
 
@@ -159,9 +165,9 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(server):
         thread.start()
     for thread in threads:
         thread.join()
-    for sentences, (status, out, _) in zip(jobs, answers):
+    for own, (status, out, _) in zip(alone, answers):
         assert status == 200
-        assert out["translations"] == [" ".join(s.split()[::-1]) for s in sentences]
+        assert out["translations"] == own
     after = get(server, "/health")[1]
     assert after["jobs"] - before["jobs"] == len(jobs)
     assert after["batches"] - before["batches"] < len(jobs)  # some model calls served several
