@@ -7,8 +7,9 @@ heads of attention layer a of `ModelConfig.attention_layers`.
 
 A gate with parameter log_alpha draws z = clip(sigmoid((log u - log(1-u) + log_alpha) / BETA)
 * (HIGH - LOW) + LOW, 0, 1), u ~ U(0, 1): exactly 0 or exactly 1 with positive probability,
-differentiable in log_alpha in between. The penalty is the expected number of open gates,
-sum P(z != 0) = sum sigmoid(log_alpha - BETA log(-LOW / HIGH)), divided by the number of gates.
+differentiable in log_alpha in between. The penalty is the expected number of open gates among
+those it acts on, sum P(z != 0) = sum sigmoid(log_alpha - BETA log(-LOW / HIGH)), times
+``penalty``, added to the loss per target token.
 Which gates the penalty acts on follows an aim that falls linearly from all heads to
 ``target_heads`` over the first ``anneal`` of the budget (`open_aim`): every step the gates are
 ranked by log_alpha, the best ceil(aim) (the best of every layer first, as at the end) are left
