@@ -85,8 +85,8 @@ def one_batching(args):
     """The one batching of a measurement in this process."""
     names = batchings(args)
     if len(names) > 1:
-        raise ConfigError(f"--batches {args.batches}: one batching per process; several need "
-                          f"several --impl (interleaved rounds) or the train command")
+        raise ConfigError(f"--batches {args.batches}: {args.command} measures one batching; "
+                          f"`train` measures several in interleaved rounds")
     return names[0]
 
 
