@@ -30,6 +30,11 @@ class Batch:
     def num_tgt_tokens(self):
         return int(self.tgt_valid_len.sum())
 
+    @property
+    def padded_shape(self):
+        """((B, S), (B, T)): what a hybridized graph is planned for."""
+        return self.src_tokens.shape, self.tgt_in.shape
+
     def rows(self, rows):
         """The sub-batch of rows ``rows`` (an index array)."""
         return Batch(self.src_tokens[rows], self.src_valid_len[rows], self.tgt_in[rows],

@@ -22,8 +22,9 @@ process of its own (`python -m mtx.bench <command> --impl X --out FILE`). Traini
 implementations (or batchings: --batches bucket,packed) runs in interleaved rounds (mtx, peer,
 mtx, peer, ...: --rounds, --seconds each; `mtx@REV` is mtx at git revision REV, from a temporary
 worktree, to measure what commits bought) and reports each one's median over the rounds and the
-paired ratios of the first implementation to each other one, round by round (a drifting machine moves both sides of a pair alike), with the
-measured float32 and bfloat16 GEMM peaks and the MFU against both. `all` measures training
+paired ratios of the first implementation to each other one, round by round (a drifting machine
+moves both sides of a pair alike), with the measured float32 and bfloat16 GEMM peaks and the MFU
+against both. `all` measures training
 and decoding (plus mtx-recompute, mtx's decoder without its cache) and, with --run, the trained
 run's beam-1 and beam-5 translation. `decode --run` puts mtx and the run exported to CTranslate2
 (ct2-float32, ct2-int8: `mtx.deploy`) side by side on the run's own weights: each translates the

@@ -3,6 +3,8 @@ import os
 import time
 from pathlib import Path
 
+from .flops import FLOPS_PER_MULTIPLY_ADD, FORWARD_AND_BACKWARD
+
 CPUINFO = "/proc/cpuinfo"
 # Instruction-set flags that decide bfloat16 (and float32) matrix-multiply speed in oneDNN.
 RELEVANT_FLAG_PREFIXES = ("avx512", "amx")
@@ -110,7 +112,7 @@ def products_speed(products):
             y.backward(mx.nd.ones_like(y))
             mx.nd.waitall()
             best = min(best, time.perf_counter() - tic)
-        product_flops = 6 * rows * n_in * n_out  # forward, input gradient, weight gradient
+        product_flops = FLOPS_PER_MULTIPLY_ADD * FORWARD_AND_BACKWARD * rows * n_in * n_out
         flops, seconds = flops + count * product_flops, seconds + count * best
         rows_out.append({"rows": rows, "in": n_in, "out": n_out, "count": count,
                          "ms": round(1000 * best, 2),

@@ -49,7 +49,7 @@ def timed_steps(step, batches, seconds, flops_of, warmup_steps):
     for b in itertools.cycle(batches):
         if len(timed) > warmup_steps and measured >= seconds:
             return timed
-        shape = (b.src_tokens.shape, b.tgt_in.shape)
+        shape = b.padded_shape
         tic = time.perf_counter()
         float(step(b).asnumpy())  # synchronise: the step is done
         dt = time.perf_counter() - tic
@@ -110,7 +110,7 @@ def paired_ratios(per_round, reference, key):
 def batch_facts(batches):
     """What a list of training batches is: how many, their distinct padded shapes, and the real
     and padded target tokens of the average batch."""
-    shapes = {(b.src_tokens.shape, b.tgt_in.shape) for b in batches}
+    shapes = {b.padded_shape for b in batches}
     return {"batches": len(batches), "batch_shapes": len(shapes),
             "real_tgt_tokens": round(float(onp.mean([b.num_tgt_tokens for b in batches]))),
             "padded_tgt_tokens": round(float(onp.mean([b.tgt_in.size for b in batches]))),
