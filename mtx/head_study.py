@@ -44,16 +44,17 @@ def importance_scores(model, corpus, split, max_sentences, scorer, ctx, leave_on
     return scores
 
 
-def curves(scorer, shape, orders, random_orders):
+def curves(scorer, shape, orders, random_orders, extra_steps=()):
     """BLEU vs heads removed (gates of ``shape`` (A, H)) for each of ``orders`` ({name:
     [(a, h), ...]}, "importance" among them) and for ``random_orders`` shuffles of the
-    importance order (seeds 1..N). Returns (all orders, {name: [(removed, BLEU), ...]})."""
+    importance order (seeds 1..N), at every 10% of the heads and at ``extra_steps``. Returns
+    (all orders, {name: [(removed, BLEU), ...]})."""
     orders = dict(orders)
     for seed in range(1, random_orders + 1):
         shuffled = list(orders["importance"])
         onp.random.RandomState(seed).shuffle(shuffled)
         orders[f"random{seed}"] = shuffled
-    return orders, {name: heads.pruning_curve(scorer, shape, order)
+    return orders, {name: heads.pruning_curve(scorer, shape, order, extra_steps=extra_steps)
                     for name, order in orders.items()}
 
 

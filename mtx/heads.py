@@ -151,15 +151,19 @@ def iterative_order(importance_fn, shape, fraction_step=0.1):
         order += taken
 
 
-def curve_steps(total, fraction_step=0.1):
-    """Heads removed at the steps of a pruning curve: round(k * fraction_step * total)."""
-    return sorted({int(round(k * fraction_step * total)) for k in range(int(1 / fraction_step) + 1)})
+def curve_steps(total, fraction_step=0.1, extra=()):
+    """Heads removed at the steps of a pruning curve: round(k * fraction_step * total), and the
+    counts in ``extra`` (e.g. the one a study prunes to)."""
+    steps = {int(round(k * fraction_step * total)) for k in range(int(1 / fraction_step) + 1)}
+    return sorted(steps | set(extra))
 
 
-def pruning_curve(score_fn, shape, order, fraction_step=0.1):
+def pruning_curve(score_fn, shape, order, fraction_step=0.1, extra_steps=()):
     """Gate off heads in ``order``: after round(k * fraction_step * all heads) of them for
-    k = 0, 1, ... (as far as ``order`` goes), score. Returns [(heads removed, score)]."""
-    counts = [n for n in curve_steps(shape[0] * shape[1], fraction_step) if n <= len(order)]
+    k = 0, 1, ... and after each count in ``extra_steps`` (as far as ``order`` goes), score.
+    Returns [(heads removed, score)]."""
+    counts = [n for n in curve_steps(shape[0] * shape[1], fraction_step, extra_steps)
+              if n <= len(order)]
     points = []
     for removed in counts:
         gates = onp.ones(shape)

@@ -106,7 +106,7 @@ def test_heads_script_with_learned_gates(toy_run, tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     (["method=l0"], "method=l0 needs exactly one of target_heads="),
-    (["method=l0", "target_heads=3"], "method=l0 would keep 3 of the 24 heads"),
+    (["method=l0", "target_heads=3"], "target_heads=3 would keep 3 of the 24 heads"),
     (["method=random"], "method=random is not a pruning method"),
     (["method=l0", "prune_fraction=0.5", "l0.anneal=1.5"], "l0.anneal=1.5: the part"),
 ])

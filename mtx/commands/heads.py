@@ -49,8 +49,8 @@ def all_heads(model_cfg):
 
 def heads_to_remove(cfg, model_cfg):
     """prune_fraction= (or, with method=l0, target_heads=) as a number of heads to remove (None:
-    chosen by max_bleu_loss), checked before the study: a step of the pruning curves, or for the
-    learned gates any count that leaves a head in every layer."""
+    chosen by max_bleu_loss), checked before the study: any count that leaves a head in every
+    layer and removes at least one."""
     total = all_heads(model_cfg)
     if cfg.method not in ("order", "l0"):
         raise ConfigError(f"method={cfg.method} is not a pruning method; use method=order (the "
@@ -59,24 +59,24 @@ def heads_to_remove(cfg, model_cfg):
         if (cfg.target_heads is None) == (cfg.prune_fraction is None):
             raise ConfigError("method=l0 needs exactly one of target_heads= (heads to keep) and "
                               "prune_fraction= (fraction to remove), e.g. prune_fraction=0.75")
-        keep = (cfg.target_heads if cfg.target_heads is not None
-                else total - int(round(cfg.prune_fraction * total)))
-        layers = model_cfg.num_attention_layers
-        if not layers <= keep < total:
-            raise ConfigError(f"method=l0 would keep {keep} of the {total} heads; keep at "
-                              f"least one per layer ({layers}) and fewer than all")
         if not 0 <= cfg.l0.anneal <= 1:
             raise ConfigError(f"l0.anneal={cfg.l0.anneal}: the part of the budget over which the "
                               f"aim falls to the target must be between 0 and 1, e.g. 0.6")
-        return total - keep
-    if cfg.prune_fraction is None:
+    elif cfg.target_heads is not None:
+        raise ConfigError("target_heads= is for method=l0; with the importance orders give "
+                          "prune_fraction= (the fraction of heads to remove), e.g. 0.5")
+    elif cfg.prune_fraction is None:
         return None
-    to_remove = int(round(cfg.prune_fraction * total))
-    if to_remove not in heads.curve_steps(total):
-        raise ConfigError(f"prune_fraction={cfg.prune_fraction} removes {to_remove} heads, "
-                          f"not a step of the pruning curves; pick one that removes one of "
-                          f"{heads.curve_steps(total)} of the {total} heads")
-    return to_remove
+    keep = (cfg.target_heads if cfg.target_heads is not None
+            else total - int(round(cfg.prune_fraction * total)))
+    layers = model_cfg.num_attention_layers
+    if not layers <= keep < total:
+        asked = (f"target_heads={cfg.target_heads}" if cfg.target_heads is not None
+                 else f"prune_fraction={cfg.prune_fraction}")
+        raise ConfigError(f"{asked} would keep {keep} of the {total} heads; keep at least one "
+                          f"per attention layer ({layers}) and fewer than all, e.g. "
+                          f"prune_fraction=0.5")
+    return total - keep
 
 
 def setup(cfg):
@@ -113,7 +113,8 @@ def score_heads(cfg, s):
     importance_heatmaps(scores, names, s.out / "importance.png")
     shape = scores["gradient"].shape
     orders, points = curves(scorer, shape, removal_orders(cfg, s.model, scores, src_ids, tgt_ids,
-                                                          s.ctx), cfg.random_orders)
+                                                          s.ctx), cfg.random_orders,
+                            extra_steps=[s.to_remove] if s.to_remove else [])
     atomic_write_json(s.out / "pruning.json", {"orders": orders, "curves": points})
     pruning_plot(points, shape[0] * shape[1], s.out / "pruning.png")
     return shape, orders, points
