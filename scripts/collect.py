@@ -7,10 +7,13 @@ For every run directory below FOLDER (those with a report.json): its overrides, 
 count, training minutes, updates and median tokens/s, val BLEU, test sacreBLEU and decoding speed;
 with --reach, the training minutes at which its val BLEU (greedy, per epoch) first reached BLEU
 (linear between epochs; "-" if never); with --curves, every run's val BLEU against minutes in one
-picture. Prints markdown and writes summary.json next to the runs.
+picture. Prints markdown and writes summary.json next to the runs. Runs that differ only in
+their seed (e.g. `make ablate`: seed=1,2) also get a second table, one row per setting: the mean
+over the seeds and each seed's value.
 """
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -50,6 +53,41 @@ def minutes_to_reach(curve, bleu):
     return None
 
 
+MEANS = ("valid_bleu", "test_sacrebleu", "test_bleu_tok_lc", "train_tok_s", "decode_sent_s")
+
+
+def without_seed(run_name):
+    """A sweep run's name (its overrides, e.g. "model.num_heads=4,seed=2") without its seed."""
+    return re.sub(r"(^|,)seed=[^,]*", "", run_name).strip(",") or "(default)"
+
+
+def mean_over_seeds(rows):
+    """One row per setting of ``rows`` whose runs differ only in the seed: "mean (a, b)" for
+    each of MEANS; None when no setting has more than one run."""
+    groups = {}
+    for row in rows:
+        groups.setdefault(without_seed(row["run"]), []).append(row)
+    if all(len(group) == 1 for group in groups.values()):
+        return None
+    table = []
+    for setting, group in groups.items():
+        row = {"setting": setting, "seeds": len(group)}
+        for key in MEANS:
+            values = [r[key] for r in group if r[key] is not None]
+            row[key] = (f"{statistics.mean(values):.2f} ({', '.join(f'{v:g}' for v in values)})"
+                        if values else None)
+        table.append(row)
+    return table
+
+
+def markdown(rows):
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join("-" if row[k] is None else str(row[k]) for k in keys) + " |"
+              for row in rows]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,10 +106,10 @@ def main(argv=None):
     if args.curves:
         from mtx.pictures import learning_curves
         learning_curves({run.name: val_curve(run) for run in runs}, args.curves)
-    keys = list(rows[0])
-    print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
-    for row in rows:
-        print("| " + " | ".join("-" if row[k] is None else str(row[k]) for k in keys) + " |")
+    print(markdown(rows))
+    means = mean_over_seeds(rows)
+    if means:
+        print("\nMean over seeds (each seed's value in brackets):\n\n" + markdown(means))
     atomic_write_json(Path(folder) / "summary.json", rows)
 
 

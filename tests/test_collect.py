@@ -48,3 +48,22 @@ def test_table_with_reach_and_curves(collect, tmp_path, capsys):
     assert (tmp_path / "curves.png").stat().st_size > 1000
     rows = json.loads((tmp_path / "summary.json").read_text())
     assert [r["minutes_to_25"] for r in rows] == [7.5, None]
+
+
+def test_runs_that_differ_only_in_seed_get_a_mean_row(collect, tmp_path, capsys):
+    _run(tmp_path, "model.num_heads=1,seed=1", [(5.0, 20.0)])
+    _run(tmp_path, "model.num_heads=1,seed=2", [(5.0, 24.0)])
+    _run(tmp_path, "model.num_heads=4,seed=1", [(5.0, 30.0)])
+    collect.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    means = out.split("Mean over seeds")[1].splitlines()
+    assert means[4].startswith("| model.num_heads=1 | 2 | 22.00 (20, 24) | 30.00 (30, 30) |")
+    assert means[5].startswith("| model.num_heads=4 | 1 | 30.00 (30) |")
+    assert collect.without_seed("seed=3") == "(default)"
+
+
+def test_no_mean_table_without_repeated_settings(collect, tmp_path, capsys):
+    _run(tmp_path, "a", [(5.0, 20.0)])
+    _run(tmp_path, "b", [(5.0, 24.0)])
+    collect.main([str(tmp_path)])
+    assert "Mean over seeds" not in capsys.readouterr().out

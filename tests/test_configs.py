@@ -36,10 +36,13 @@ def test_every_experiment_composes(experiment):
         typed(cfg, group)
 
 
-def test_head_sweep_is_a_multirun_over_heads():
+def test_head_sweep_is_a_multirun_over_heads_and_two_seeds():
     cfg = _compose("train", ["sweep=heads"])
     assert cfg.hydra.mode.name == "MULTIRUN"
     assert cfg.hydra.sweeper.params["model.num_heads"] == "1,2,4,8,16"
+    assert cfg.hydra.sweeper.params["seed"] == "1,2"
+    # a killed sweep resumed with train.resume=true writes into the same run folders
+    assert "train.resume" in cfg.hydra.job.config.override_dirname.exclude_keys
 
 
 @pytest.mark.parametrize("primary", ["translate", "evaluate"])
