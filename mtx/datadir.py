@@ -15,15 +15,20 @@ from pathlib import Path
 CHECKOUT_DATA = Path(__file__).resolve().parent.parent / "data"
 
 
+def cache_home():
+    """This user's cache folder for mtx: ``$XDG_CACHE_HOME/mtx``, else ``~/.cache/mtx`` (the XDG
+    spec says to ignore a relative ``XDG_CACHE_HOME``); not created here."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "mtx"
+
+
 def data_dir():
     """The data directory (see the module docstring); not created here."""
     if os.environ.get("MTX_DATA_DIR"):
         return Path(os.environ["MTX_DATA_DIR"]).expanduser().absolute()
     if (CHECKOUT_DATA / "README.md").is_file():
         return CHECKOUT_DATA
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "mtx" / "data"
+    return cache_home() / "data"
 
 
 def register_resolver():

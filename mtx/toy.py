@@ -2,8 +2,7 @@
 import random
 
 from .errors import DataError
-
-TOY_SPLITS = ("train", "val", "test_2016_flickr")  # the same split names as Multi30k's
+from .multi30k import SPLITS as TOY_SPLITS  # the same split names as Multi30k's
 
 
 def toy_symbols(num_symbols):

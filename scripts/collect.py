@@ -19,12 +19,13 @@ import sys
 from pathlib import Path
 
 from mtx.files import atomic_write_json
+from mtx.multi30k import TEST_SPLIT
 
 
 def summarize(run_dir):
     report = json.loads((run_dir / "report.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    test = report["scores"]["test_2016_flickr"]
+    test = report["scores"][TEST_SPLIT]
     return {"run": run_dir.name,  # in a sweep, the overrides (hydra.sweep.subdir)
             "parameters": report["parameters"], "train_minutes": report["train_minutes"],
             "epochs": report["epochs"], "steps": report["steps"],

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from ..config import CONF_DIR, DataConfig, ModelConfig, from_dict
 from ..datadir import data_dir
 from ..errors import ConfigError
+from ..multi30k import TEST_SPLIT  # what is decoded (the toy task uses the same split name)
 
 DEFAULT_MODEL = "small"            # conf/model/small.yaml
 DEFAULT_DATA = "multi30k_en_de"    # conf/data/multi30k_en_de.yaml
@@ -16,7 +17,6 @@ CORPUS_SEED = 1                    # toy data and the training batches' shuffle
 TRAIN_BATCH_TOKENS = 4096          # padded tokens per training batch, for every implementation
 BATCHINGS = ("bucket", "packed")   # training batches: mtx's and gluonnlp's bucket sampler, or
                                    # fairseq-style length packing (the peers' own harness)
-DECODE_SPLIT = "test_2016_flickr"  # Multi30k's test split (the toy task uses the same name)
 DECODE_BATCH = 64                  # sentences per greedy decoding batch
 
 
@@ -77,7 +77,7 @@ def decode_batches(corpus, max_sentences=None, batch_size=DECODE_BATCH):
     """The test split's source ids -> [(src (B, S) int32 with EOS, lengths (B,))] in file order;
     ``max_sentences``: only the first ones (for a quick check)."""
     from ..vocab import EOS
-    ids = corpus.ids[DECODE_SPLIT][0][:max_sentences]
+    ids = corpus.ids[TEST_SPLIT][0][:max_sentences]
     batches = []
     for start in range(0, len(ids), batch_size):
         rows = [s + [EOS] for s in ids[start:start + batch_size]]
@@ -98,7 +98,7 @@ def test_text(data_cfg, max_sentences=None):
     else:
         raw_dir = os.environ.get("MTX_MULTI30K_DIR") or data_cfg.raw_dir
         text = load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, raw_dir, data_dir())
-    src, ref = text[DECODE_SPLIT]
+    src, ref = text[TEST_SPLIT]
     return src[:max_sentences], ref[:max_sentences]
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 import mxnet as mx
 
 from .. import files
+from ..datadir import cache_home
 from ..errors import FileWriteError
 
 SOURCES = [Path(__file__).with_name(name) for name in ("layer_norm.cc", "cross_entropy.cc")]
@@ -71,9 +72,7 @@ def cache_dir():
     """Where this user's compiled kernels live (not created here; see `private_dir`)."""
     if os.environ.get("MTX_KERNEL_CACHE"):
         return Path(os.environ["MTX_KERNEL_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "")  # the XDG spec says to ignore a relative one
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "mtx" / "kernels"
+    return cache_home() / "kernels"
 
 
 def private_dir(path):
