@@ -37,6 +37,7 @@ from .loss import LabelSmoothedCrossEntropy
 
 BETA, LOW, HIGH = 2.0 / 3.0, -0.1, 1.1
 INIT_LOG_ALPHA = 3.0  # deterministic gate clip(0.95 * 1.2 - 0.1) = 1: every head open at first
+SNAPSHOT_EVERY = 25   # steps between the history's copies of every gate's P(open)
 
 
 def sample_gates(log_alpha):
@@ -102,7 +103,9 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
     ``minutes`` of wall time (or ``max_steps``) on ``train_pairs`` (src_ids, tgt_ids), the aim
     of open heads reaching ``target_heads`` after ``anneal`` of that budget ->
     {"log_alpha": (A, H) host array, "open_probability": (A, H), "gates": the exact
-    `final_gates`, "history": [per step record], "steps": n}. ``log``: a function of one line."""
+    `final_gates`, "history": [per step record; every SNAPSHOT_EVERY steps and the last one
+    also hold "open_probability" (A, H) as lists], "steps": n}. ``log``: a function of one
+    line."""
     cfg = model.cfg
     shape = (cfg.num_attention_layers, cfg.num_heads)
     params = gluon.ParameterDict("l0_")
@@ -142,7 +145,11 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
                 log(f"gates step {step}: nll {history[-1]['nll']}, expected open heads "
                     f"{opened:.1f} (aim {aim:.1f}, target {target_heads}), "
                     f"{int(pushed.sum())} pushed")
-            if (max_steps and step >= max_steps) or (not max_steps and progress >= 1):
+            done = (max_steps and step >= max_steps) or (not max_steps and progress >= 1)
+            if step == 1 or step % SNAPSHOT_EVERY == 0 or done:
+                history[-1]["open_probability"] = onp.round(
+                    onp.where(valid, p_open.asnumpy(), 0.0), 3).tolist()
+            if done:
                 alpha = log_alpha.data(ctx).asnumpy()
                 return {"log_alpha": alpha, "open_probability": open_probability(alpha, onp),
                         "gates": final_gates(alpha, target_heads, heads_per_layer),

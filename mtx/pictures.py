@@ -1,5 +1,6 @@
 """Pictures of a model and its study, drawn from numbers they are given (no model runs here):
-attention heatmaps, head-importance heatmaps, pruning curves and a run's learning curve."""
+attention heatmaps, head-importance heatmaps, pruning curves, learned gates during their
+training and a run's learning curve."""
 from pathlib import Path
 
 import numpy as onp
@@ -72,6 +73,44 @@ def pruning_plot(curves, total_heads, path):
     ax.set_ylabel("BLEU (greedy)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def gate_training_plot(history, layer_names, heads_per_layer, path):
+    """The learned gates during their training (`mtx.gates.train_gates`'s history): the expected
+    number of open heads against the aim, then one panel per attention layer with each head's
+    P(gate open) against the step (the records that hold a copy of them)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = 1 + len(layer_names)
+    columns = min(5, panels)
+    rows = -(-panels // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.2 * rows), squeeze=False)
+    axes = axes.ravel()
+    steps = [r["step"] for r in history]
+    axes[0].plot(steps, [r["expected_open"] for r in history], label="expected open")
+    axes[0].plot(steps, [r["aim"] for r in history], ls="--", color="gray", label="aim")
+    axes[0].set_title("open heads", fontsize=8)
+    axes[0].legend(fontsize=6)
+    snapshots = [r for r in history if "open_probability" in r]
+    for a, (ax, name) in enumerate(zip(axes[1:], layer_names)):
+        for h in range(heads_per_layer[a]):
+            ax.plot([r["step"] for r in snapshots], [r["open_probability"][a][h] for r in snapshots],
+                    marker="o", ms=2, label=f"h{h + 1}")
+        ax.set_title(name, fontsize=8)
+        ax.set_ylim(-0.05, 1.05)
+        if a == 0:
+            ax.legend(fontsize=5, loc="center right")
+    for ax in axes:
+        ax.tick_params(labelsize=6)
+        ax.grid(alpha=0.3)
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    for ax in axes[(rows - 1) * columns:panels]:
+        ax.set_xlabel("step", fontsize=7)
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)

@@ -1,7 +1,6 @@
 """Learned head gates (`mtx.gates`): the hard-concrete distribution, the exact final gates, and
 gate training on the toy run: it reaches exact zeros and the cut model equals the gated one."""
 import json
-import math
 
 import mxnet as mx
 import numpy as onp
@@ -97,6 +96,10 @@ def test_heads_script_with_learned_gates(toy_run, tmp_path):
     learned = json.loads((tmp_path / "gates.json").read_text())
     final = onp.array(learned["gates"])
     assert learned["target_heads"] == 6 and (final > 0).sum() == 6 and learned["steps"] == 40
+    snapshots = [r for r in learned["history"] if "open_probability" in r]
+    assert [r["step"] for r in snapshots] == [1, 25, 40]  # the first, every 25th, the last
+    assert onp.array(snapshots[-1]["open_probability"]).shape == final.shape
+    assert (tmp_path / "gates_training.png").stat().st_size > 1000
     speed = json.loads((tmp_path / "speed.json").read_text())
     assert speed["method"] == "l0" and speed["removed_heads"] == 18
     assert sum(speed["kept_per_layer"]) == 6 and speed["l0"]["steps"] == 40

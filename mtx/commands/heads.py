@@ -1,7 +1,8 @@
 """scripts/heads.py: which heads of a trained run matter, and how much faster the model gets
 without the rest. Writes into <run>/heads/ (or out_dir=): importance.json/.png, pruning.json/.png
-(method=order) or gates.json/.png (method=l0: learned gates, `mtx.gates`), pruned/ (a smaller
-run directory, fine-tuned there when finetune.minutes > 0) and speed.json."""
+(method=order) or gates.json/.png and gates_training.png (method=l0: learned gates,
+`mtx.gates`), pruned/ (a smaller run directory, fine-tuned there when finetune.minutes > 0) and
+speed.json."""
 import dataclasses
 import json
 import logging
@@ -19,7 +20,7 @@ from ..files import atomic_write_json
 from ..gates import train_gates
 from ..head_study import (GatedScorer, choose_pruning, compare_speed, curves,
                           importance_scores, save_pruned_run)
-from ..pictures import importance_heatmaps, pruning_plot
+from ..pictures import gate_training_plot, importance_heatmaps, pruning_plot
 from ..rundir import RunDir, load_run
 from ..training import continue_training
 from .common import hydra_command, typed, writable_out_dir
@@ -148,6 +149,8 @@ def learned_gates(cfg, s):
         "history": result["history"]})
     importance_heatmaps({"P(gate open)": result["open_probability"], "gate": result["gates"]},
                         names, s.out / "gates.png")
+    gate_training_plot(result["history"], names, [model_cfg.heads_of(a) for a in range(len(names))],
+                       s.out / "gates_training.png")
     meta = {"method": "l0", "removed_heads": s.to_remove,
             "l0": {**{k: cfg.l0[k] for k in ("minutes", "lr", "gate_lr", "penalty", "anneal")},
                    "steps": result["steps"]}}
