@@ -10,7 +10,7 @@ import yaml
 
 from mtx.bench import inputs
 from mtx.bench.__main__ import main
-from mtx.bench.flops import train_flops
+from mtx.bench.flops import decode_step_parts, train_flops
 from mtx.bench.tables import results_table
 from mtx.config import ModelConfig
 from mtx.errors import ConfigError
@@ -34,6 +34,26 @@ def test_flops_reject_a_pruned_model():
                       num_decoder_layers=1, vocab_size=10, heads_per_layer=[2, 1, 2])
     with pytest.raises(ConfigError, match="heads_per_layer"):
         train_flops(cfg, SimpleNamespace(src_valid_len=onp.array([1]), tgt_valid_len=onp.array([1])))
+
+
+def test_decode_step_parts_follow_a_pruned_model():
+    """D=8, 2 heads of 4, F=16, V=10, 1 encoder and 2 decoder layers, the second decoder layer
+    pruned to 1 self and 1 cross head; 3 hypotheses, 5 source and 2 cached positions."""
+    cfg = ModelConfig(num_hiddens=8, num_heads=2, ffn_num_hiddens=16, num_encoder_layers=1,
+                      num_decoder_layers=2, vocab_size=10, heads_per_layer=[2, 2, 2, 1, 1])
+    parts = decode_step_parts(cfg, rows=3, src_len=5, cache_len=2)
+    assert parts["self-attention projections"] == [
+        ("dense", (3, 8, 8), 3), ("dense", (3, 8, 8), 1),   # layer 1: Q K V, then O
+        ("dense", (3, 8, 4), 3), ("dense", (3, 4, 8), 1)]   # layer 2: one head of 4
+    assert parts["cross-attention projections"] == [
+        ("dense", (3, 8, 8), 1), ("dense", (3, 8, 8), 1), ("dense", (3, 8, 4), 1),
+        ("dense", (3, 4, 8), 1)]                             # Q and O only: K, V once a sentence
+    assert parts["self-attention products"][2:] == [("batched", (3, 1, 4, 3), 1),
+                                                    ("batched", (3, 1, 3, 4), 1)]  # 2 cached + new
+    assert parts["cross-attention products"][:2] == [("batched", (6, 1, 4, 5), 1),
+                                                     ("batched", (6, 1, 5, 4), 1)]
+    assert parts["FFN"] == [("dense", (3, 8, 16), 2), ("dense", (3, 16, 8), 2)]
+    assert parts["output layer"] == [("dense", (3, 8, 10), 1)]
 
 
 def test_model_config_is_conf_small_untied_with_the_data_vocabulary():
@@ -115,6 +135,25 @@ def test_translate_profile_of_a_trained_run(toy_run, tmp_path, capsys):
     assert list(operators.values()) == sorted(operators.values(), reverse=True)
     printed = capsys.readouterr().out
     assert "| ms over the pass | beam2 |" in printed and "| FullyConnected | " in printed
+
+
+def test_compare_runs_times_each_run_and_its_decoding_step_by_part(toy_run, tmp_path, capsys):
+    """`compare-runs`: the runs in turn, forced-length greedy, speed-ups against the first, and
+    each run's decoding step with its products by part."""
+    out = tmp_path / "compare.json"
+    main(["compare-runs", str(toy_run), str(toy_run), "--data", "toy", "--steps", "6",
+          "--rounds", "2", "--out", str(out)])
+    results = json.loads(out.read_text())["compare_runs"]
+    assert list(results) == [str(toy_run)]  # the same run twice is one entry
+    r = results[str(toy_run)]
+    assert len(r["seconds"]) == 2 and r["best"] == min(r["seconds"]) and r["heads"] == 24
+    assert set(r["parts_ms"]) == {"self-attention projections", "self-attention products",
+                                  "cross-attention projections", "cross-attention products",
+                                  "FFN", "output layer"}
+    assert all(ms > 0 for ms in r["parts_ms"].values())
+    assert r["products_ms"] == pytest.approx(sum(r["parts_ms"].values()), abs=1e-2)
+    printed = capsys.readouterr().out
+    assert "| run | step | self-attention projections |" in printed
 
 
 def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):

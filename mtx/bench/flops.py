@@ -1,4 +1,5 @@
-"""Model FLOPs of one training step, from the `ModelConfig` the step was built with.
+"""Model FLOPs of one training step, from the `ModelConfig` the step was built with; the matrix
+products of a training step and of a cached decoding step (`step_products`, `decode_step_parts`).
 
 Counted on real (unpadded) tokens, forward + backward = 3 x forward, so a multiply-add is 2 FLOPs
 forward and 6 per step. With D = num_hiddens, F = ffn_num_hiddens, V = vocab_size, Le/Ld encoder
@@ -52,3 +53,31 @@ def step_products(model_cfg, src_rows, tgt_rows):
             (tgt_rows, d, d, 6 * dec_layers),  # decoder self Q K V O, cross Q O
             (tgt_rows, d, ffn, dec_layers), (tgt_rows, ffn, d, dec_layers),
             (tgt_rows, d, model_cfg.vocab_size, 1)]  # the output layer
+
+
+def decode_step_parts(model_cfg, rows, src_len, cache_len):
+    """The matrix products of one cached decoding step of ``model_cfg`` (a pruned model's
+    `heads_per_layer` included) for ``rows`` hypotheses against ``src_len`` source positions and
+    ``cache_len`` earlier target positions, by part of the decoder: {part: [(kind, shape,
+    count)]}, kind "dense" with shape (rows, in, out), or "batched" with shape (batch, m, k, n)
+    for a batch of (m, k) x (k, n) products. The cross-attention keys and values are projected
+    once per sentence, before the steps, and are not part of a step."""
+    d, ffn, dh = model_cfg.num_hiddens, model_cfg.ffn_num_hiddens, model_cfg.head_dim
+    parts = {"self-attention projections": [], "self-attention products": [],
+             "cross-attention projections": [], "cross-attention products": []}
+    keys = {"decoder self": cache_len + 1, "decoder cross": src_len}
+    for layer in model_cfg.attention_layers():
+        if layer.kind not in keys:
+            continue
+        side, width = layer.kind.split()[1], model_cfg.heads_of(layer.row) * dh
+        batch = rows * model_cfg.heads_of(layer.row)
+        projections = 3 if side == "self" else 1  # Q (K, V of the new position) ...
+        parts[f"{side}-attention projections"] += [("dense", (rows, d, width), projections),
+                                                   ("dense", (rows, width, d), 1)]  # ... and O
+        parts[f"{side}-attention products"] += [
+            ("batched", (batch, 1, dh, keys[layer.kind]), 1),   # scores q k^T
+            ("batched", (batch, 1, keys[layer.kind], dh), 1)]   # weights x values
+    parts["FFN"] = [("dense", (rows, d, ffn), model_cfg.num_decoder_layers),
+                    ("dense", (rows, ffn, d), model_cfg.num_decoder_layers)]
+    parts["output layer"] = [("dense", (rows, d, model_cfg.vocab_size), 1)]
+    return parts

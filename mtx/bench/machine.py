@@ -11,6 +11,7 @@ RELEVANT_FLAG_PREFIXES = ("avx512", "amx")
 GEMM_SIZE = 2048     # square FullyConnected, (GEMM_SIZE, GEMM_SIZE) x (GEMM_SIZE, GEMM_SIZE)
 GEMM_REPEATS = 10    # the best of these many
 SHAPE_REPEATS = 5    # forward + backward of each of a step's products: the best of these many
+DECODE_REPEATS = 20  # a decoding step's products (each well under a millisecond): the best of these
 
 
 def cpu_info(path=CPUINFO):
@@ -119,3 +120,34 @@ def products_speed(products):
                          "gflop_s": round(product_flops / best / 1e9, 1)})
     return {"gflop_s": round(flops / seconds / 1e9, 1), "ms_per_step": round(1000 * seconds, 1),
             "products": rows_out}
+
+
+def decode_parts_speed(parts):
+    """Each part of a decoding step ({part: [(kind, shape, count)]}, `flops.decode_step_parts`)
+    timed alone, forward only, each product the best of DECODE_REPEATS -> {part: ms per step}:
+    what the step's products cost if nothing else ran."""
+    import mxnet as mx
+    ms = {}
+    for part, products in parts.items():
+        seconds = 0.0
+        for kind, shape, count in products:
+            if kind == "dense":
+                rows, n_in, n_out = shape
+                args = (mx.nd.random.normal(shape=(rows, n_in)),
+                        mx.nd.random.normal(shape=(n_out, n_in)), mx.nd.zeros((n_out,)))
+
+                def product(x, w, b, n_out=n_out):
+                    return mx.nd.FullyConnected(x, w, b, num_hidden=n_out)
+            else:
+                batch, m, k, n = shape
+                args = (mx.nd.random.normal(shape=(batch, m, k)),
+                        mx.nd.random.normal(shape=(batch, k, n)))
+                product = mx.nd.batch_dot
+            best = float("inf")
+            for _ in range(DECODE_REPEATS):
+                tic = time.perf_counter()
+                product(*args).wait_to_read()
+                best = min(best, time.perf_counter() - tic)
+            seconds += count * best
+        ms[part] = round(1000 * seconds, 3)
+    return ms

@@ -110,4 +110,13 @@ def compare_runs_table(results):
     lines = ["| run | heads | best s | seconds | speed-up vs first |", "|---|---|---|---|---|"]
     lines += [f"| {run} | {r['heads']} | {r['best']} | {r['seconds']} | {r['speedup_vs_first']} |"
               for run, r in results.items()]
+    parts = list(next(iter(results.values())).get("parts_ms", {}))
+    if parts:
+        lines += ["", "A decoding step, ms: the whole step, then its products by part, each "
+                  "timed alone, and the rest (LayerNorm, softmax, cache, argmax, Python):", "",
+                  "| run | step | " + " | ".join(parts) + " | the rest |",
+                  "|---|---|" + "---|" * (len(parts) + 1)]
+        lines += [f"| {run} | {r['step_ms']:.2f} | "
+                  + " | ".join(f"{r['parts_ms'][p]:.3f}" for p in parts)
+                  + f" | {r['step_ms'] - r['products_ms']:.2f} |" for run, r in results.items()]
     return "\n".join(lines)

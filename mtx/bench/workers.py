@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as onp
 
 from . import inputs
-from .flops import step_products, train_flops
+from .flops import decode_step_parts, step_products, train_flops
 from .impls import greedy_decoder, precision_of, run_translators, training_step
-from .machine import kernel_status, products_speed
+from .machine import decode_parts_speed, kernel_status, products_speed
 
 WARMUP_STEPS = 20                # training steps before any timing (graphs, allocator, caches)
 WINDOW_SECONDS = 10.0            # training throughput: the median over windows this long
@@ -271,7 +271,10 @@ def run_child(command, *args, cwd=None):
 def compare_runs(run_dirs, data_name, steps, rounds):
     """Trained runs (e.g. a model and its pruned copy) decoding the test split greedily for
     exactly ``steps`` positions, in turn, ``rounds`` times, in this one process: the speed of
-    the architectures, independent of how long each model's translations are."""
+    the architectures, independent of how long each model's translations are. Each run also
+    gets its decoding step in ms (the fastest round over its steps, the encoder's share
+    included) and the step's products by part, each timed alone (`decode_step_parts` at the
+    first batch's rows, the batches' mean source length and the mean cache length)."""
     import mxnet as mx
     from ..rundir import load_run
     from ..vocab import BOS
@@ -291,7 +294,15 @@ def compare_runs(run_dirs, data_name, steps, rounds):
             seconds[run_dir].append(round(time.perf_counter() - tic, 2))
             logging.getLogger(__name__).info("%s %s s", run_dir, seconds[run_dir][-1])
     base = min(seconds[run_dirs[0]])
-    return {run_dir: {"seconds": s, "best": min(s), "speedup_vs_first": round(base / min(s), 3),
-                      "heads": sum(map(models[run_dir].cfg.heads_of,
-                                       range(models[run_dir].cfg.num_attention_layers)))}
-            for run_dir, s in seconds.items()}
+    rows, src_len = batches[0][0].shape[0], onp.mean([src.shape[1] for src, _ in batches])
+    results = {}
+    for run_dir, s in seconds.items():
+        cfg = models[run_dir].cfg
+        parts = decode_parts_speed(decode_step_parts(cfg, rows, int(round(src_len)),
+                                                     (steps - 1) // 2))
+        results[run_dir] = {
+            "seconds": s, "best": min(s), "speedup_vs_first": round(base / min(s), 3),
+            "heads": sum(map(cfg.heads_of, range(cfg.num_attention_layers))),
+            "step_ms": round(1000 * min(s) / (steps * len(batches)), 3),
+            "parts_ms": parts, "products_ms": round(sum(parts.values()), 3)}
+    return results
