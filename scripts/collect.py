@@ -1,13 +1,14 @@
 #!/usr/bin/env python
 """One table from the runs of a sweep:
 
-    python scripts/collect.py FOLDER [--reach BLEU] [--curves PNG]
+    python scripts/collect.py FOLDER [--reach BLEU] [--at-update N] [--curves PNG]
 
 For every run directory below FOLDER (those with a report.json): its overrides, the parameter
 count, training minutes, updates and median tokens/s, val BLEU, test sacreBLEU and decoding speed;
 with --reach, the training minutes at which its val BLEU (greedy, per epoch) first reached BLEU
-(linear between epochs; "-" if never); with --curves, every run's val BLEU against minutes in one
-picture. Prints markdown and writes summary.json next to the runs. Runs that differ only in
+(linear between epochs; "-" if never); with --at-update, its val BLEU after N updates (linear
+between epochs; "-" if it stopped before N: runs compared at equal work); with --curves, every
+run's val BLEU against minutes in one picture. Prints markdown and writes summary.json next to the runs. Runs that differ only in
 their seed (e.g. `make ablate`: seed=1,2) also get a second table, one row per setting: the mean
 over the seeds and each seed's value.
 """
@@ -36,11 +37,22 @@ def summarize(run_dir):
             "decode_sent_s": test["sentences_per_second"], "beam": test["beam_size"]}
 
 
-def val_curve(run_dir):
-    """[(wall minutes, val BLEU)] of a run's epochs (metrics.jsonl)."""
+def val_curve(run_dir, x="wall_minutes"):
+    """[(x, val BLEU)] of a run's epochs (metrics.jsonl), x its wall minutes or its "step"."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(r["wall_minutes"], r["valid/bleu"]) for r in records
-            if r.get("valid/bleu") is not None]
+    return [(r[x], r["valid/bleu"]) for r in records if r.get("valid/bleu") is not None]
+
+
+def value_at(curve, x):
+    """The val BLEU of ``curve`` [(x, BLEU)] at ``x``, linear between epochs (from (0, 0) before
+    the first); None past its end."""
+    previous = (0.0, 0.0)
+    for xi, value in curve:
+        if xi >= x:
+            (x0, b0), (x1, b1) = previous, (xi, value)
+            return round(b0 + (b1 - b0) * (x - x0) / (x1 - x0), 2)
+        previous = (xi, value)
+    return None
 
 
 def minutes_to_reach(curve, bleu):
@@ -94,6 +106,7 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", nargs="?", default="outputs/train/multiruns")
     ap.add_argument("--reach", type=float, help="also the minutes to reach this val BLEU")
+    ap.add_argument("--at-update", type=int, help="also the val BLEU after this many updates")
     ap.add_argument("--curves", type=Path, help="write every run's val BLEU curve here (PNG)")
     args = ap.parse_args(argv)
     folder = args.folder
@@ -104,6 +117,10 @@ def main(argv=None):
     if args.reach is not None:
         for row, run in zip(rows, runs):
             row[f"minutes_to_{args.reach:g}"] = minutes_to_reach(val_curve(run), args.reach)
+    if args.at_update is not None:
+        for row, run in zip(rows, runs):
+            row[f"val_bleu_at_update_{args.at_update}"] = value_at(val_curve(run, "step"),
+                                                                   args.at_update)
     if args.curves:
         from mtx.pictures import learning_curves
         learning_curves({run.name: val_curve(run) for run in runs}, args.curves)

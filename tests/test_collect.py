@@ -15,7 +15,7 @@ def collect():
     return module
 
 
-def _run(folder, name, curve):
+def _run(folder, name, curve, updates_per_epoch=100):
     run = folder / name
     run.mkdir(parents=True)
     scores = {"sacrebleu": {"score": 30.0}, "bleu_tok_lc": {"score": 31.0},
@@ -25,8 +25,9 @@ def _run(folder, name, curve):
         "final": {"valid_bleu": {"score": curve[-1][1]}},
         "scores": {"test_2016_flickr": scores}}))
     (run / "metrics.jsonl").write_text("".join(
-        json.dumps({"wall_minutes": m, "valid/bleu": b, "train/tok_s": 1000.0}) + "\n"
-        for m, b in curve))
+        json.dumps({"wall_minutes": m, "valid/bleu": b, "train/tok_s": 1000.0,
+                    "step": updates_per_epoch * (i + 1)}) + "\n"
+        for i, (m, b) in enumerate(curve)))
 
 
 def test_minutes_to_reach_interpolates_between_epochs(collect):
@@ -35,6 +36,14 @@ def test_minutes_to_reach_interpolates_between_epochs(collect):
     assert collect.minutes_to_reach(curve, 20.0) == 10.0
     assert collect.minutes_to_reach(curve, 5.0) == 2.5  # from (0 minutes, 0 BLEU)
     assert collect.minutes_to_reach(curve, 30.0) is None
+
+
+def test_value_at_interpolates_and_stops_at_the_end(collect):
+    curve = [(251, 10.0), (502, 20.0)]
+    assert collect.value_at(curve, 376.5) == 15.0
+    assert collect.value_at(curve, 502) == 20.0
+    assert collect.value_at(curve, 125.5) == 5.0  # from (0 updates, 0 BLEU)
+    assert collect.value_at(curve, 503) is None
 
 
 def test_table_with_reach_and_curves(collect, tmp_path, capsys):
@@ -67,3 +76,13 @@ def test_no_mean_table_without_repeated_settings(collect, tmp_path, capsys):
     _run(tmp_path, "b", [(5.0, 24.0)])
     collect.main([str(tmp_path)])
     assert "Mean over seeds" not in capsys.readouterr().out
+
+
+def test_val_bleu_at_equal_updates(collect, tmp_path, capsys):
+    _run(tmp_path, "small_batches", [(5.0, 10.0), (10.0, 20.0)], updates_per_epoch=200)
+    _run(tmp_path, "large_batches", [(5.0, 20.0), (10.0, 30.0)], updates_per_epoch=100)
+    collect.main([str(tmp_path), "--at-update", "200"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("| val_bleu_at_update_200 |")
+    assert lines[2].startswith("| large_batches |") and lines[2].endswith("| 30.0 |")
+    assert lines[3].startswith("| small_batches |") and lines[3].endswith("| 10.0 |")
