@@ -224,3 +224,22 @@ def _plain_loss(model, corpus):
         total += float(loss_fn(model(src, src_len, tgt_in), tgt_out, tgt_len)[1])
         tokens += batch.num_tgt_tokens
     return total / tokens
+
+
+@pytest.mark.parametrize("method, fraction, removed", [
+    ("order", 0.33, 8), ("order", 0.75, 18), ("l0", 0.5, 12),
+    ("order", 0, 0),   # the control: the whole model fine-tuned
+    ("l0", 0, None), ("order", 0.01, None), ("order", 0.8, None)])
+def test_prune_fraction_becomes_heads_to_remove(method, fraction, removed):
+    from omegaconf import OmegaConf
+    from mtx.commands.heads import heads_to_remove
+    from mtx.errors import ConfigError
+    cfg = OmegaConf.create({"method": method, "prune_fraction": fraction, "target_heads": None,
+                            "l0": {"anneal": 0.6}})
+    model_cfg = ModelConfig(num_hiddens=64, num_heads=4, ffn_num_hiddens=128,
+                            num_encoder_layers=2, num_decoder_layers=2, vocab_size=24)
+    if removed is None:  # 24 heads in 6 layers: 0.8 keeps 5, 0.01 and l0's 0 keep all 24
+        with pytest.raises(ConfigError, match="would keep"):
+            heads_to_remove(cfg, model_cfg)
+    else:
+        assert heads_to_remove(cfg, model_cfg) == removed

@@ -51,7 +51,8 @@ def all_heads(model_cfg):
 def heads_to_remove(cfg, model_cfg):
     """prune_fraction= (or, with method=l0, target_heads=) as a number of heads to remove (None:
     chosen by max_bleu_loss), checked before the study: any count that leaves a head in every
-    layer and removes at least one."""
+    layer and removes at least one; or, with the importance orders, prune_fraction=0 (none: the
+    whole model fine-tuned, the control for a pruned one)."""
     total = all_heads(model_cfg)
     if cfg.method not in ("order", "l0"):
         raise ConfigError(f"method={cfg.method} is not a pruning method; use method=order (the "
@@ -71,7 +72,8 @@ def heads_to_remove(cfg, model_cfg):
     keep = (cfg.target_heads if cfg.target_heads is not None
             else total - int(round(cfg.prune_fraction * total)))
     layers = model_cfg.num_attention_layers
-    if not layers <= keep < total:
+    control = cfg.method == "order" and cfg.prune_fraction == 0
+    if not (control or layers <= keep < total):
         asked = (f"target_heads={cfg.target_heads}" if cfg.target_heads is not None
                  else f"prune_fraction={cfg.prune_fraction}")
         raise ConfigError(f"{asked} would keep {keep} of the {total} heads; keep at least one "
