@@ -8,9 +8,9 @@ count, training minutes, updates and median tokens/s, val BLEU, test sacreBLEU a
 with --reach, the training minutes at which its val BLEU (greedy, per epoch) first reached BLEU
 (linear between epochs; "-" if never); with --at-update, its val BLEU after N updates (linear
 between epochs; "-" if it stopped before N: runs compared at equal work); with --curves, every
-run's val BLEU against minutes in one picture. Prints markdown and writes summary.json next to the runs. Runs that differ only in
-their seed (e.g. `make ablate`: seed=1,2) also get a second table, one row per setting: the mean
-over the seeds and each seed's value.
+run's val BLEU against minutes in one picture. Prints markdown and writes summary.json next to
+the runs. Runs that differ only in their seed (e.g. `make ablate`: seed=1,2) also get a second
+table, one row per setting: the mean over the seeds and each seed's value.
 """
 import argparse
 import json

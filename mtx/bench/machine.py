@@ -14,6 +14,16 @@ SHAPE_REPEATS = 5    # forward + backward of each of a step's products: the best
 DECODE_REPEATS = 20  # a decoding step's products (each well under a millisecond): the best of these
 
 
+def best_seconds(run, repeats):
+    """The fastest of ``repeats`` timed calls of ``run`` (which waits for its own result)."""
+    best = float("inf")
+    for _ in range(repeats):
+        tic = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - tic)
+    return best
+
+
 def cpu_info(path=CPUINFO):
     """(model name, sorted relevant flags) of the first CPU in /proc/cpuinfo; ("unknown", [])
     where there is none (not Linux)."""
@@ -84,11 +94,9 @@ def gemm_peak(dtype="float32"):
     if dtype == "bfloat16":
         from mxnet.contrib.amp.amp import bfloat16
         a, w = mx.nd.amp_cast(a, dtype=bfloat16), mx.nd.amp_cast(w, dtype=bfloat16)
-    best = float("inf")
-    for _ in range(GEMM_REPEATS):
-        tic = time.perf_counter()
-        mx.nd.FullyConnected(a, w, num_hidden=GEMM_SIZE, no_bias=True).wait_to_read()
-        best = min(best, time.perf_counter() - tic)
+    best = best_seconds(
+        lambda: mx.nd.FullyConnected(a, w, num_hidden=GEMM_SIZE, no_bias=True).wait_to_read(),
+        GEMM_REPEATS)
     return 2 * GEMM_SIZE ** 3 / best / 1e9
 
 
@@ -105,14 +113,13 @@ def products_speed(products):
         b = mx.nd.zeros((n_out,))
         for a in (x, w, b):
             a.attach_grad()
-        best = float("inf")
-        for _ in range(SHAPE_REPEATS):
-            tic = time.perf_counter()
+
+        def forward_backward(x=x, w=w, b=b, n_out=n_out):
             with autograd.record():
                 y = mx.nd.FullyConnected(x, w, b, num_hidden=n_out)
             y.backward(mx.nd.ones_like(y))
             mx.nd.waitall()
-            best = min(best, time.perf_counter() - tic)
+        best = best_seconds(forward_backward, SHAPE_REPEATS)
         product_flops = FLOPS_PER_MULTIPLY_ADD * FORWARD_AND_BACKWARD * rows * n_in * n_out
         flops, seconds = flops + count * product_flops, seconds + count * best
         rows_out.append({"rows": rows, "in": n_in, "out": n_out, "count": count,
@@ -143,11 +150,7 @@ def decode_parts_speed(parts):
                 args = (mx.nd.random.normal(shape=(batch, m, k)),
                         mx.nd.random.normal(shape=(batch, k, n)))
                 product = mx.nd.batch_dot
-            best = float("inf")
-            for _ in range(DECODE_REPEATS):
-                tic = time.perf_counter()
-                product(*args).wait_to_read()
-                best = min(best, time.perf_counter() - tic)
-            seconds += count * best
+            seconds += count * best_seconds(lambda: product(*args).wait_to_read(),
+                                            DECODE_REPEATS)
         ms[part] = round(1000 * seconds, 3)
     return ms
