@@ -132,6 +132,16 @@ class ModelConfig:
         """Heads of the attention layer in row ``row`` of `attention_layers`."""
         return self.num_heads if self.heads_per_layer is None else self.heads_per_layer[row]
 
+    @property
+    def heads_by_layer(self):
+        """[heads of each attention layer], in `attention_layers` order."""
+        return [self.heads_of(row) for row in range(self.num_attention_layers)]
+
+    @property
+    def total_heads(self):
+        """The heads of every attention layer together (a pruned model's layers may differ)."""
+        return sum(self.heads_by_layer)
+
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -153,6 +163,16 @@ class DataConfig:
             raise ConfigError(f"data.name={self.name}: choose multi30k or toy")
         if self.vocab_size < 16:
             raise ConfigError(f"data.vocab_size={self.vocab_size} is too small (at least 16)")
+        if self.max_len < 1:
+            raise ConfigError(f"data.max_len={self.max_len} must be at least 1")
+        if self.name == "toy":
+            if self.num_symbols < 2 or not 1 <= self.min_len <= self.max_toy_len:
+                raise ConfigError(f"data.num_symbols={self.num_symbols}, data.min_len="
+                                  f"{self.min_len}, data.max_toy_len={self.max_toy_len}: need at "
+                                  f"least 2 symbols and 1 <= min_len <= max_toy_len")
+            if len(self.sizes) != 3 or min(self.sizes) < 1:
+                raise ConfigError(f"data.sizes={list(self.sizes)}: give three positive sizes, "
+                                  f"[train, val, test]")
 
 
 KVSTORES = ("device", "local", "dist_sync", "dist_device_sync")
@@ -226,6 +246,19 @@ class TrainConfig:
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"train.ema_decay={self.ema_decay}: 0 (off) or a decay in (0, 1), "
                               f"e.g. 0.999")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ConfigError(f"train.max_minutes={self.max_minutes} must be > 0; or null for no "
+                              f"time limit (then train.max_epochs stops training)")
+        at_least = {"max_epochs": 1, "max_nonfinite_steps": 1, "keep_last": 0, "patience": 0,
+                    "average_last": 0}
+        for key, low in at_least.items():
+            if getattr(self, key) < low:
+                raise ConfigError(f"train.{key}={getattr(self, key)} must be at least {low}")
+        for key in ("label_smoothing", "beta1", "beta2"):
+            if not 0 <= getattr(self, key) < 1:
+                raise ConfigError(f"train.{key}={getattr(self, key)} must be in [0, 1)")
+        if self.clip_norm < 0 or self.weight_decay < 0:
+            raise ConfigError("train.clip_norm and train.weight_decay must be >= 0 (0: off)")
 
 
 @dataclass(frozen=True)

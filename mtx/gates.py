@@ -111,8 +111,7 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
     params = gluon.ParameterDict("l0_")
     log_alpha = params.get("log_alpha", shape=shape, init=mx.init.Constant(INIT_LOG_ALPHA))
     params.initialize(ctx=ctx)
-    heads_per_layer = [cfg.heads_of(a) for a in range(shape[0])]
-    valid = valid_heads(heads_per_layer, shape[1])
+    valid = valid_heads(cfg.heads_by_layer, shape[1])
     valid_nd = np.array(valid.astype("float32"), ctx=ctx)
     loss_fn = LabelSmoothedCrossEntropy(cfg.vocab_size, label_smoothing)
     loss_fn.initialize(ctx=ctx)
@@ -152,6 +151,6 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
             if done:
                 alpha = log_alpha.data(ctx).asnumpy()
                 return {"log_alpha": alpha, "open_probability": open_probability(alpha, onp),
-                        "gates": final_gates(alpha, target_heads, heads_per_layer),
+                        "gates": final_gates(alpha, target_heads, cfg.heads_by_layer),
                         "history": history, "steps": step}
         epoch += 1

@@ -3,7 +3,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from .errors import TokenizerError
+from .errors import ConfigError, TokenizerError
 from .files import atomic_write
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -56,13 +56,19 @@ def train_sentencepiece(texts, vocab_size, cache_dir):
     tmp_prefix = cache_dir / f".{key}.{os.getpid()}"
     corpus = Path(f"{tmp_prefix}.txt")
     corpus.write_text("\n".join(texts) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(corpus), model_prefix=str(tmp_prefix), vocab_size=vocab_size, model_type="bpe",
-        character_coverage=1.0, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
-        num_threads=2, input_sentence_size=0, minloglevel=2)
-    atomic_write(model, lambda tmp: os.replace(f"{tmp_prefix}.model", tmp))
-    for leftover in (corpus, Path(f"{tmp_prefix}.vocab")):
-        leftover.unlink(missing_ok=True)
+    try:
+        spm.SentencePieceTrainer.train(
+            input=str(corpus), model_prefix=str(tmp_prefix), vocab_size=vocab_size,
+            model_type="bpe", character_coverage=1.0, pad_id=PAD, unk_id=UNK, bos_id=BOS,
+            eos_id=EOS, num_threads=2, input_sentence_size=0, minloglevel=2)
+        atomic_write(model, lambda tmp: os.replace(f"{tmp_prefix}.model", tmp))
+    except RuntimeError as err:  # e.g. fewer pieces than the corpus has characters, or more
+        # than its words can make
+        raise ConfigError(f"data.vocab_size={vocab_size}: SentencePiece cannot build it "
+                          f"({str(err).strip().splitlines()[-1]}); choose another size") from None
+    finally:
+        for leftover in (corpus, Path(f"{tmp_prefix}.vocab"), Path(f"{tmp_prefix}.model")):
+            leftover.unlink(missing_ok=True)
     return model
 
 

@@ -12,6 +12,7 @@ starts with whitespace (the source line the warnings module prints under its war
 traceback is ruled out separately: stderr must not contain ``Traceback``.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -102,6 +103,21 @@ def test_typed_values_are_checked(cls, key, value, expected):
         from_dict(cls, {key: value}, section)
 
 
+@pytest.mark.parametrize("cls, values, expected", [
+    (TrainConfig, {"max_minutes": -5}, "train.max_minutes=-5 must be > 0; or null"),
+    (TrainConfig, {"max_epochs": 0}, "train.max_epochs=0 must be at least 1"),
+    (TrainConfig, {"patience": -1}, "train.patience=-1 must be at least 0"),
+    (TrainConfig, {"max_nonfinite_steps": 0}, "train.max_nonfinite_steps=0 must be at least 1"),
+    (TrainConfig, {"label_smoothing": 1.0}, "train.label_smoothing=1.0 must be in [0, 1)"),
+    (DataConfig, {"name": "toy", "min_len": 9, "max_toy_len": 4}, "1 <= min_len <= max_toy_len"),
+    (DataConfig, {"name": "toy", "sizes": [100, 10]}, "give three positive sizes"),
+])
+def test_values_that_cannot_work_are_refused_before_any_work(cls, values, expected):
+    section = {TrainConfig: "train", DataConfig: "data"}[cls]
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        from_dict(cls, values, section)
+
+
 def test_typed_accepts_what_the_configs_hold():
     train = from_dict(TrainConfig, {"lr": 1, "max_minutes": None, "devices": ["cpu"]}, "train")
     assert train.lr == 1
@@ -146,6 +162,12 @@ CASES = {
                                                 "reference={short}"], "lines but"),
     "evaluate-source-without-reference": ("evaluate", [f"ckpt={RUN}", "source={src}"],
                                           "give both source= and reference="),
+    "evaluate-ckpt-not-a-run": ("evaluate", ["ckpt={tmp}"], "is not a training run"),
+    "translate-attention-png-without-input": ("translate", [f"ckpt={RUN}",
+                                                            "attention_png={tmp}/png"],
+                                              "give input=FILE too"),
+    "heads-split-not-in-the-corpus": ("heads", [f"ckpt={RUN}", "test_split=test_2017_flickr"],
+                                      "test_split=test_2017_flickr: the run's corpus has"),
     "evaluate-source-missing": ("evaluate", [f"ckpt={RUN}", "source={tmp}/missing.txt",
                                              "reference={src}"], "cannot read"),
 }

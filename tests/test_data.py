@@ -8,7 +8,7 @@ import pytest
 
 from mtx import multi30k, toy
 from mtx.batching import bucket_batches, length_groups, packed_batches
-from mtx.errors import DataError
+from mtx.errors import ConfigError, DataError
 from mtx.lines import read_parallel
 from mtx.multi30k import load_multi30k
 from mtx.vocab import BOS, EOS, PAD, SentencePieceTokenizer, TokenizerError, train_sentencepiece
@@ -148,6 +148,16 @@ def test_sentencepiece_is_cached_by_content(tmp_path):
     ids = tok.encode(["the cat sat on the mat"])[0]
     assert tok.decode([ids]) == ["the cat sat on the mat"]
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+@pytest.mark.parametrize("size", [16, 5000])  # fewer pieces than characters; more than words make
+def test_a_vocabulary_size_sentencepiece_cannot_build_is_a_config_error(tmp_path, size):
+    texts = [f"the {w} sat on the mat number {i}" for i, w in
+             enumerate(["cat", "dog", "bird", "fish"] * 50)]
+    with pytest.raises(ConfigError, match=f"data.vocab_size={size}: SentencePiece cannot build "
+                                          f"it .*; choose another size"):
+        train_sentencepiece(texts, size, tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing half-made left behind
 
 
 def test_corrupted_sentencepiece_model_is_one_clear_error(tmp_path):

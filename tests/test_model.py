@@ -95,7 +95,8 @@ def test_attention_layers_follow_the_config_order_of_a_pruned_model(tiny_cfg):
         ("dec1 self", "decoder self", 1), ("dec1 cross", "decoder cross", 1)]
     layers = list(net.attention_layers())
     assert [(row, name) for row, name, _ in layers] == [(a.row, a.name) for a in rows]
-    assert [block.num_heads for _, _, block in layers] == heads
+    assert [block.num_heads for _, _, block in layers] == heads == cfg.heads_by_layer
+    assert cfg.total_heads == 9 and tiny_cfg.total_heads == 6 * tiny_cfg.num_heads
     assert layers[3][2] is net.decoder.blocks[0].cross_attention
     assert layers[4][2] is net.decoder.blocks[1].self_attention
     src, src_lens, tgt = _batch(cfg)

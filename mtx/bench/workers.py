@@ -302,7 +302,7 @@ def compare_runs(run_dirs, data_name, steps, rounds):
                                                      (steps - 1) // 2))
         results[run_dir] = {
             "seconds": s, "best": min(s), "speedup_vs_first": round(base / min(s), 3),
-            "heads": sum(map(cfg.heads_of, range(cfg.num_attention_layers))),
+            "heads": cfg.total_heads,
             "step_ms": round(1000 * min(s) / (steps * len(batches)), 3),
             "parts_ms": parts, "products_ms": round(sum(parts.values()), 3)}
     return results

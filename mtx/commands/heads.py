@@ -43,17 +43,12 @@ def removal_orders(cfg, model, scores, src_ids, tgt_ids, ctx):
     return orders
 
 
-def all_heads(model_cfg):
-    """The heads of every attention layer together (a pruned run's layers may differ)."""
-    return sum(model_cfg.heads_of(a) for a in range(model_cfg.num_attention_layers))
-
-
 def heads_to_remove(cfg, model_cfg):
     """prune_fraction= (or, with method=l0, target_heads=) as a number of heads to remove (None:
     chosen by max_bleu_loss), checked before the study: any count that leaves a head in every
     layer and removes at least one; or, with the importance orders, prune_fraction=0 (none: the
     whole model fine-tuned, the control for a pruned one)."""
-    total = all_heads(model_cfg)
+    total = model_cfg.total_heads
     if cfg.method not in ("order", "l0"):
         raise ConfigError(f"method={cfg.method} is not a pruning method; use method=order (the "
                           f"importance orders) or method=l0 (learned gates)")
@@ -91,12 +86,19 @@ def setup(cfg):
     run_cfg = RunDir(run_dir).train_config()
     if data_cfg.name == "multi30k":
         data_cfg = dataclasses.replace(data_cfg, raw_dir=cfg.raw_dir)
+    if (cfg.finetune.minutes or 0) < 0:
+        raise ConfigError(f"finetune.minutes={cfg.finetune.minutes}: give minutes > 0, or 0 for "
+                          f"no fine-tuning")
     finetune_cfg = dataclasses.replace(
         typed(run_cfg, "train"), lr=cfg.finetune.lr, warmup_steps=cfg.finetune.warmup_steps,
         max_minutes=cfg.finetune.minutes, resume=False, devices=None, kvstore="device"
     ) if cfg.finetune.minutes else None
     to_remove = heads_to_remove(cfg, model.cfg)
     corpus = load_corpus(data_cfg, cfg.data_dir, run_cfg.seed, tokenizer)
+    for key in ("importance_split", "test_split"):
+        if cfg[key] not in corpus.text:
+            raise ConfigError(f"{key}={cfg[key]}: the run's corpus has the splits "
+                              f"{', '.join(corpus.text)}; choose one of them")
     model.hybridize(static_alloc=True)
     return SimpleNamespace(ctx=ctx, run_dir=run_dir, out=out, model=model, tokenizer=tokenizer,
                            data_cfg=data_cfg, corpus=corpus, seed=run_cfg.seed,
@@ -138,7 +140,7 @@ def learned_gates(cfg, s):
     gated, _, _ = load_run(s.run_dir, s.ctx, cfg.checkpoint)  # its weights change with the gates
     gated.hybridize(static_alloc=True)
     model_cfg = s.model.cfg
-    target = all_heads(model_cfg) - s.to_remove
+    target = model_cfg.total_heads - s.to_remove
     result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_len), s.ctx, target,
                          cfg.l0.minutes, lr=cfg.l0.lr, gate_lr=cfg.l0.gate_lr,
                          penalty=cfg.l0.penalty, anneal=cfg.l0.anneal,
@@ -151,7 +153,7 @@ def learned_gates(cfg, s):
         "history": result["history"]})
     importance_heatmaps({"P(gate open)": result["open_probability"], "gate": result["gates"]},
                         names, s.out / "gates.png")
-    gate_training_plot(result["history"], names, [model_cfg.heads_of(a) for a in range(len(names))],
+    gate_training_plot(result["history"], names, model_cfg.heads_by_layer,
                        s.out / "gates_training.png")
     meta = {"method": "l0", "removed_heads": s.to_remove,
             "l0": {**{k: cfg.l0[k] for k in ("minutes", "lr", "gate_lr", "penalty", "anneal")},

@@ -3,6 +3,7 @@ input order (decode.nbest=N>1: N lines ``LINE<TAB>RANK<TAB>SCORE<TAB>TEXT`` per 
 import logging
 import os
 import sys
+from pathlib import Path
 
 from ..devices import use_numpy_interface
 from ..errors import ConfigError, FileWriteError
@@ -19,14 +20,35 @@ def format_nbest(number, nbest):
 
 
 def check_paths(cfg):
-    """input= readable, output= writable and not the input itself: before the model loads."""
+    """input= readable, output= writable and not the input itself, attention_png= a directory
+    we can draw into: before the model loads."""
     if cfg.input:
         readable_file(cfg.input, "input")
+    if cfg.attention_png:
+        check_attention_png(cfg)
     if cfg.output:
         writable_file(cfg.output, "output")
         if cfg.input and os.path.exists(cfg.output) and os.path.samefile(cfg.input, cfg.output):
             raise ConfigError(f"output={cfg.output} is the input file; writing would erase it "
                               f"before it is read: choose another output file")
+
+
+def check_attention_png(cfg):
+    """attention_png= draws the first line of input= with mtx's own decoder into a directory."""
+    from ..deploy import backend_of
+    if not cfg.input:
+        raise ConfigError("attention_png= draws the first line of a file: give input=FILE too")
+    if backend_of(cfg) != "mtx":
+        raise ConfigError("attention_png= needs mtx's decoder: give the training run as ckpt= "
+                          "(a CTranslate2 export has no attention weights to draw)")
+    path = Path(cfg.attention_png)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise FileWriteError(f"attention_png={path}: {err.strerror}; give a directory that can "
+                             f"be created and written") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise FileWriteError(f"attention_png={path} is not writable; give another directory")
 
 
 def open_output(path):
@@ -80,7 +102,7 @@ def translate(cfg):
                 out.write(format_nbest(number, nbest) if decode_cfg.nbest > 1
                           else nbest[0][0] + "\n")
             out.flush()
-        if cfg.attention_png and cfg.input:
+        if cfg.attention_png:
             attention_png(cfg, *drawing)
     finally:
         if out is not sys.stdout:
