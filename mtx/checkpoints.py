@@ -81,6 +81,13 @@ class CheckpointStore:
         """The manifest of checkpoint ``name`` (or a path to one) after checking that every file
         is there with its SHA-256 and that it belongs to ``model_cfg`` (default: the run's)."""
         path = Path(name) if str(name).endswith(".json") else self.checkpoints / f"{name}.json"
+        if not path.is_file() and path.parent == self.checkpoints:
+            names = [p.stem for p in self.manifests()]
+            raise CheckpointError(
+                f"{self.path} has no checkpoint {path.stem}; " + (
+                    f"choose checkpoint= one of {', '.join(names)} (or last, average_last_N)"
+                    if names else "it has no checkpoint yet (stopped in its first epoch?); "
+                    "resume it with train.resume=true hydra.run.dir=<the run>"))
         manifest = read_json(path, CheckpointError, "checkpoint manifest")
         try:
             files, sha = _files_of(manifest, path), manifest["sha256"]

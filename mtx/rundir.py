@@ -177,16 +177,28 @@ def _load_average(run, n, ctx):
     return model, load_tokenizer(run.path), run.data_config()
 
 
+def require_run(run_dir):
+    """The `RunDir` of ``run_dir`` if it is a training run (it has model.json), else a
+    CheckpointError that names the runs below it, if any (a sweep's or a day's folder)."""
+    run = RunDir(run_dir)
+    if not run.path.is_dir():
+        raise CheckpointError(f"ckpt={run.path} is not a directory; pass a training run "
+                              f"directory (outputs/train/runs/...)")
+    if not (run.path / "model.json").is_file():
+        below = sorted(p.parent for p in run.path.glob("**/model.json"))
+        hint = (f"pass one of the {len(below)} runs below it, e.g. ckpt={below[0]}" if below
+                else "pass a training run directory (outputs/train/runs/...)")
+        raise CheckpointError(f"ckpt={run.path} is not a training run (no model.json); {hint}")
+    return run
+
+
 def load_run(run_dir, ctx, which="auto"):
     """(model, tokenizer, DataConfig) of a run directory. ``which``: auto (the checkpoint the run
     chose: average or best), best, average, last, latest, epoch_NNN, average_last_N (the mean of
     the last N epoch checkpoints, computed here, nothing written), or a manifest path."""
     from .corpus import load_tokenizer
     from .model import Transformer
-    run = RunDir(run_dir)
-    if not run.path.is_dir():
-        raise CheckpointError(f"ckpt={run.path} is not a directory; pass a training run "
-                              f"directory (outputs/train/runs/...)")
+    run = require_run(run_dir)
     if which == "auto":
         report = run.path / "report.json"
         which = (read_json(report, CheckpointError, "report")["final"]["checkpoint"]

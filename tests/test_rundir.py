@@ -2,6 +2,7 @@
 checkpoint rotation, the wall-clock budget, and damaged files named in one line."""
 import dataclasses
 import json
+from pathlib import Path
 
 import mxnet as mx
 import numpy as onp
@@ -11,7 +12,7 @@ from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from mtx.corpus import load_corpus, save_tokenizer
 from mtx.errors import CheckpointError
 from mtx.model import Transformer
-from mtx.rundir import RunDir, load_run
+from mtx.rundir import RunDir, load_run, require_run
 from mtx.training import choose_final, new_fit
 
 
@@ -155,3 +156,26 @@ def test_average_last_n_is_the_mean_of_the_last_epoch_checkpoints(toy_run):
     kept = len(run.epoch_names())
     with pytest.raises(CheckpointError, match=f"keeps {kept} epoch checkpoints"):
         load_run(toy_run, mx.cpu(), f"average_last_{kept + 1}")
+
+
+def test_a_folder_that_is_not_a_run_names_the_runs_below_it(tmp_path):
+    (tmp_path / "sweep" / "heads=1").mkdir(parents=True)
+    (tmp_path / "sweep" / "heads=1" / "model.json").write_text("{}")
+    with pytest.raises(CheckpointError, match=r"sweep is not a training run \(no model.json\); "
+                                              r"pass one of the 1 runs below it, e.g. ckpt="):
+        require_run(tmp_path / "sweep")
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(CheckpointError, match="pass a training run directory"):
+        load_run(tmp_path / "nothing", mx.cpu())
+    assert require_run(tmp_path / "sweep" / "heads=1").path == tmp_path / "sweep" / "heads=1"
+
+
+def test_a_missing_checkpoint_names_the_ones_the_run_has(toy_run, tmp_path):
+    with pytest.raises(CheckpointError, match=r"has no checkpoint epoch_999; choose checkpoint= "
+                                              r"one of .*best"):
+        load_run(toy_run, mx.cpu(), "epoch_999")
+    young = tmp_path / "young"  # a run stopped before its first checkpoint
+    young.mkdir()
+    (young / "model.json").write_text((Path(toy_run) / "model.json").read_text())
+    with pytest.raises(CheckpointError, match="no checkpoint yet .* train.resume=true"):
+        load_run(young, mx.cpu(), "best")

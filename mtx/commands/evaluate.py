@@ -10,6 +10,7 @@ from ..evaluation import translate_and_score
 from ..files import atomic_write_json, atomic_write_text
 from ..lines import read_parallel
 from ..multi30k import load_split
+from ..rundir import require_run
 from .common import decoding_setup, hydra_command, writable_out_dir
 
 
@@ -35,7 +36,8 @@ def evaluate(cfg):
     """Score the run ``cfg.ckpt`` on ``cfg.split`` or on ``cfg.source``/``cfg.reference``;
     returns the scores."""
     use_numpy_interface()
-    texts = read_files(cfg)  # bad files and an unwritable output fail before the model loads
+    texts = read_files(cfg)  # bad files, a wrong ckpt= and an unwritable output fail before
+    require_run(cfg.ckpt)    # the model loads, and nothing is created in a wrong ckpt=
     out_dir = writable_out_dir(cfg, "eval")
     decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
     name, sources, references = texts or read_split(cfg, data_cfg)
