@@ -16,31 +16,43 @@ import argparse
 import json
 import re
 import statistics
-import sys
 from pathlib import Path
 
-from mtx.files import atomic_write_json
+from mtx.commands.common import OneLineParser, one_line_errors
+from mtx.errors import DataError
+from mtx.files import atomic_write_json, read_json, read_json_lines
 from mtx.multi30k import TEST_SPLIT
 
 
-def summarize(run_dir):
-    report = json.loads((run_dir / "report.json").read_text())
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    test = report["scores"][TEST_SPLIT]
-    return {"run": run_dir.name,  # in a sweep, the overrides (hydra.sweep.subdir)
-            "parameters": report["parameters"], "train_minutes": report["train_minutes"],
-            "epochs": report["epochs"], "steps": report["steps"],
-            "train_tok_s": round(statistics.median(m["train/tok_s"] for m in metrics)),
-            "valid_bleu": report["final"]["valid_bleu"] and report["final"]["valid_bleu"]["score"],
-            "test_sacrebleu": test["sacrebleu"]["score"],
-            "test_bleu_tok_lc": test["bleu_tok_lc"]["score"],
-            "decode_sent_s": test["sentences_per_second"], "beam": test["beam_size"]}
+def read_metrics(run_dir):
+    """The records of a run's metrics.jsonl (one per epoch; none if it is missing)."""
+    return read_json_lines(run_dir / "metrics.jsonl", DataError)
 
 
-def val_curve(run_dir, x="wall_minutes"):
-    """[(x, val BLEU)] of a run's epochs (metrics.jsonl), x its wall minutes or its "step"."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(r[x], r["valid/bleu"]) for r in records if r.get("valid/bleu") is not None]
+def summarize(run_dir, metrics):
+    """One row of the table; "-" (None) for what the run did not record (e.g. no test split)."""
+    report = read_json(run_dir / "report.json", DataError, "report of the run")
+    try:
+        test = report.get("scores", {}).get(TEST_SPLIT) or {}
+        tok_s = [m["train/tok_s"] for m in metrics if "train/tok_s" in m]
+        valid = report["final"]["valid_bleu"]
+        return {"run": run_dir.name,  # in a sweep, the overrides (hydra.sweep.subdir)
+                "parameters": report["parameters"], "train_minutes": report["train_minutes"],
+                "epochs": report["epochs"], "steps": report["steps"],
+                "train_tok_s": round(statistics.median(tok_s)) if tok_s else None,
+                "valid_bleu": valid and valid["score"],
+                "test_sacrebleu": test.get("sacrebleu", {}).get("score"),
+                "test_bleu_tok_lc": test.get("bleu_tok_lc", {}).get("score"),
+                "decode_sent_s": test.get("sentences_per_second"),
+                "beam": test.get("beam_size")}
+    except (AttributeError, KeyError, TypeError) as err:
+        raise DataError(f"{run_dir / 'report.json'} is not a training report ({err!r} "
+                        f"missing); retrain the run or move it out of the folder") from None
+
+
+def val_curve(metrics, x="wall_minutes"):
+    """[(x, val BLEU)] of a run's epochs (its `read_metrics`), x its wall minutes or its "step"."""
+    return [(r[x], r["valid/bleu"]) for r in metrics if r.get("valid/bleu") is not None]
 
 
 def value_at(curve, x):
@@ -102,8 +114,7 @@ def markdown(rows):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", nargs="?", default="outputs/train/multiruns")
     ap.add_argument("--reach", type=float, help="also the minutes to reach this val BLEU")
     ap.add_argument("--at-update", type=int, help="also the val BLEU after this many updates")
@@ -112,18 +123,20 @@ def main(argv=None):
     folder = args.folder
     runs = [p.parent for p in sorted(Path(folder).rglob("report.json"))]
     if not runs:
-        sys.exit(f"error: no report.json below {folder}; is it a sweep's output folder?")
-    rows = [summarize(run) for run in runs]
+        raise DataError(f"no report.json below {folder}; pass a sweep's output folder (e.g. "
+                        f"outputs/ablate) whose runs have finished")
+    metrics = [read_metrics(run) for run in runs]
+    rows = [summarize(run, m) for run, m in zip(runs, metrics)]
     if args.reach is not None:
-        for row, run in zip(rows, runs):
-            row[f"minutes_to_{args.reach:g}"] = minutes_to_reach(val_curve(run), args.reach)
+        for row, m in zip(rows, metrics):
+            row[f"minutes_to_{args.reach:g}"] = minutes_to_reach(val_curve(m), args.reach)
     if args.at_update is not None:
-        for row, run in zip(rows, runs):
-            row[f"val_bleu_at_update_{args.at_update}"] = value_at(val_curve(run, "step"),
+        for row, m in zip(rows, metrics):
+            row[f"val_bleu_at_update_{args.at_update}"] = value_at(val_curve(m, "step"),
                                                                    args.at_update)
     if args.curves:
         from mtx.pictures import learning_curves
-        learning_curves({run.name: val_curve(run) for run in runs}, args.curves)
+        learning_curves({run.name: val_curve(m) for run, m in zip(runs, metrics)}, args.curves)
     print(markdown(rows))
     means = mean_over_seeds(rows)
     if means:
@@ -132,4 +145,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    with one_line_errors():
+        main()

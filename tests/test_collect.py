@@ -86,3 +86,26 @@ def test_val_bleu_at_equal_updates(collect, tmp_path, capsys):
     assert lines[0].endswith("| val_bleu_at_update_200 |")
     assert lines[2].startswith("| large_batches |") and lines[2].endswith("| 30.0 |")
     assert lines[3].startswith("| small_batches |") and lines[3].endswith("| 10.0 |")
+
+
+def test_a_run_without_metrics_or_test_scores_gets_dashes(collect, tmp_path, capsys):
+    _run(tmp_path, "complete", [(5.0, 20.0)])
+    _run(tmp_path, "no_test", [(5.0, 24.0)])
+    report = json.loads((tmp_path / "no_test" / "report.json").read_text())
+    (tmp_path / "no_test" / "report.json").write_text(json.dumps({**report, "scores": {}}))
+    (tmp_path / "no_test" / "metrics.jsonl").unlink()
+    collect.main([str(tmp_path)])
+    rows = {line.split(" | ")[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["| complete"].endswith("| 1000 | 20.0 | 30.0 | 31.0 | 50.0 | 1 |")
+    assert rows["| no_test"].endswith("| - | 24.0 | - | - | - | - |")
+
+
+@pytest.mark.parametrize("report, problem", [("{not json", "is damaged"),
+                                              ('{"final": {}}', "is not a training report")])
+def test_a_damaged_report_or_an_empty_folder_is_one_line(collect, tmp_path, report, problem):
+    with pytest.raises(collect.DataError, match="no report.json below"):
+        collect.main([str(tmp_path)])
+    _run(tmp_path, "run", [(5.0, 20.0)])
+    (tmp_path / "run" / "report.json").write_text(report)
+    with pytest.raises(collect.DataError, match=problem):
+        collect.main([str(tmp_path)])
