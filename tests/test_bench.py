@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from mtx.bench import inputs
-from mtx.bench.__main__ import main
+from mtx.bench.__main__ import COMMANDS, main
 from mtx.bench.flops import decode_step_parts, train_flops
 from mtx.bench.tables import results_table
 from mtx.config import ModelConfig
@@ -87,6 +87,28 @@ def test_unknown_impl_is_a_one_line_error(argv, capsys, tmp_path):
     assert err.startswith("error: --impl ") and "choose from mtx, mtx-bf16" in err
     assert err.count("\n") == 1
     assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["compare-runs", "a", "b", "--rounds", "0"], "--rounds: 0 must be at least 1"),
+    (["decode", "--impl", "mtx", "--steps", "x"], "--steps: 'x' is not a whole number"),
+    (["serve", "--run", "r", "--seconds", "-1"], "--seconds: -1 must be > 0")])
+def test_a_bad_number_is_refused_before_any_work(argv, problem, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and problem in err and err.count("\n") == 1
+
+
+def test_an_unwritable_out_is_refused_before_the_measurement(capsys, tmp_path, monkeypatch):
+    def measure(args):
+        raise AssertionError("measured before --out was checked")
+    monkeypatch.setitem(COMMANDS, "compare-runs", measure)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare-runs", "a", "b", "--out", str(tmp_path / "file" / "report.json")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1
 
 
 def test_results_table_has_one_row_per_impl_and_scalar_columns():
@@ -234,7 +256,13 @@ def test_an_older_revision_runs_in_its_own_checkout(monkeypatch, capsys):
 @pytest.mark.parametrize("argv", [["train", "--impl", "mtx", "--batches", "sorted"],
                                   ["train", "--impl", "mtx,mtx@no-such-revision-x"],
                                   ["profile", "--impl", "mtx", "--batches", "bucket,packed"]])
-def test_bad_batching_or_revision_is_a_one_line_error(argv, capsys):
+def test_bad_batching_or_revision_is_a_one_line_error(argv, capsys, monkeypatch):
+    from mtx.bench import machine, workers
+
+    def measured(*args, **kwargs):
+        raise AssertionError("measured before the command line was checked")
+    monkeypatch.setattr(workers, "run_child", measured)
+    monkeypatch.setattr(machine, "gemm_peak", measured)
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     err = capsys.readouterr().err

@@ -38,7 +38,8 @@ import resource
 import sys
 from pathlib import Path
 
-from ..errors import USER_ERROR, ConfigError, MtxError
+from ..commands.common import OneLineParser, one_line_errors, writable_file
+from ..errors import ConfigError
 from . import inputs, revisions, workers
 from .impls import CT2_QUANTIZATIONS, DECODE_IMPLS, RUN_IMPLS, TRAIN_IMPLS
 
@@ -69,6 +70,10 @@ def impl_names(text, known):
                               f"{', '.join(known)} (mtx ones also as IMPL@GIT_REVISION)")
     if not names:
         raise ConfigError(f"--impl is empty; choose from {', '.join(known)}")
+    for name in names:  # a wrong revision fails now, not after the others were measured
+        revision = name.partition("@")[2]
+        if revision:
+            revisions.checkout(revision)
     return names
 
 
@@ -264,11 +269,11 @@ def option_groups():
     config.add_argument("--model", default=inputs.DEFAULT_MODEL, help="conf/model/<name>.yaml")
     config.add_argument("--data", default=inputs.DEFAULT_DATA, help="conf/data/<name>.yaml")
     training = argparse.ArgumentParser(add_help=False)
-    training.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
+    training.add_argument("--seconds", type=positive, default=DEFAULT_SECONDS,
                           help="measured training seconds per implementation")
-    training.add_argument("--warmup-steps", type=int, default=workers.WARMUP_STEPS,
+    training.add_argument("--warmup-steps", type=at_least(0), default=workers.WARMUP_STEPS,
                           help="untimed training steps first")
-    training.add_argument("--rounds", type=int, default=DEFAULT_TRAIN_ROUNDS,
+    training.add_argument("--rounds", type=at_least(1), default=DEFAULT_TRAIN_ROUNDS,
                           help="interleaved rounds when several implementations train")
     training.add_argument("--batches", default=inputs.BATCHINGS[0],
                           help=f"training batches, comma-separated: {', '.join(inputs.BATCHINGS)} "
@@ -276,9 +281,10 @@ def option_groups():
                           f"packed: length-sorted packing, as fairseq); several: each "
                           f"implementation on each, interleaved")
     decoding = argparse.ArgumentParser(add_help=False)
-    decoding.add_argument("--steps", type=int, default=DEFAULT_DECODE_STEPS,
+    decoding.add_argument("--steps", type=at_least(1), default=DEFAULT_DECODE_STEPS,
                           help="forced greedy decoding steps")
-    decoding.add_argument("--max-sentences", type=int, help="only the first N test sentences")
+    decoding.add_argument("--max-sentences", type=at_least(1),
+                          help="only the first N test sentences")
     return common, config, training, decoding
 
 
@@ -288,10 +294,34 @@ def add_impl(parser, default=None):
                         f"(mtx-recompute: decode only)")
 
 
+def at_least(low):
+    """An argparse type: a whole number >= ``low`` (else one usage line naming it)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text} must be at least {low}")
+        return value
+    return parse
+
+
+def positive(text):
+    """An argparse type: a number > 0 (seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be > 0")
+    return value
+
+
 def build_parser():
     common, config, training, decoding = option_groups()
-    ap = argparse.ArgumentParser(prog="mtx-bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(prog="mtx-bench", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("all", parents=[common, config, training, decoding],
                        help="train + decode tables side by side (the default)")
@@ -307,29 +337,30 @@ def build_parser():
                    "translates its test split with its weights, beam 5 and greedy, with sacreBLEU")
     p = sub.add_parser("profile", parents=[common, config], help="MXNet profiler, ms per operator")
     add_impl(p)
-    p.add_argument("--steps", type=int, default=DEFAULT_PROFILE_STEPS, help="profiled steps")
-    p.add_argument("--warmup-steps", type=int, default=workers.WARMUP_STEPS)
+    p.add_argument("--steps", type=at_least(1), default=DEFAULT_PROFILE_STEPS,
+                   help="profiled steps")
+    p.add_argument("--warmup-steps", type=at_least(0), default=workers.WARMUP_STEPS)
     p.add_argument("--batches", default=inputs.BATCHINGS[0],
                    help=f"training batches: {', '.join(inputs.BATCHINGS)}")
     p = sub.add_parser("translate", parents=[common], help="a trained run's real translation")
     p.add_argument("--run", required=True, help="a training run directory")
-    p.add_argument("--beam", type=int, default=TRANSLATE_BEAMS[-1])
-    p.add_argument("--max-sentences", type=int, help="only the first N test sentences")
+    p.add_argument("--beam", type=at_least(1), default=TRANSLATE_BEAMS[-1])
+    p.add_argument("--max-sentences", type=at_least(1), help="only the first N test sentences")
     p.add_argument("--profile", action="store_true", help="the timed pass under MXNet's "
                    "profiler: ms per operator over the pass")
     p = sub.add_parser("compare-runs", parents=[common],
                        help="forced-step greedy decoding of trained runs, in turn, in one process")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--data", default=inputs.DEFAULT_DATA, help="conf/data/<name>.yaml")
-    p.add_argument("--steps", type=int, default=DEFAULT_DECODE_STEPS)
-    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
+    p.add_argument("--steps", type=at_least(1), default=DEFAULT_DECODE_STEPS)
+    p.add_argument("--rounds", type=at_least(1), default=DEFAULT_ROUNDS)
     p = sub.add_parser("serve", parents=[common], help="mtx-serve under concurrent load "
                        "on loopback against one-at-a-time translation (docs/serving.md)")
     p.add_argument("--run", required=True, help="a training run directory")
     p.add_argument("--clients", default="1,4,16", help="concurrent clients, one row each")
-    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per row")
-    p.add_argument("--beam", type=int, default=TRANSLATE_BEAMS[-1])
-    p.add_argument("--max-sentences", type=int, help="only the first N test sentences")
+    p.add_argument("--seconds", type=positive, default=20.0, help="measured seconds per row")
+    p.add_argument("--beam", type=at_least(1), default=TRANSLATE_BEAMS[-1])
+    p.add_argument("--max-sentences", type=at_least(1), help="only the first N test sentences")
     p.add_argument("--url", help="a server already running (default: one started here on a "
                    "free loopback port)")
     return ap
@@ -347,16 +378,15 @@ def main(argv=None):
         argv = ["all", *argv]
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    try:
+    with one_line_errors():
+        if args.out:  # an unwritable --out fails before the measurement, not after it
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            writable_file(args.out, "--out")
         report, table = COMMANDS[args.command](args)
         if args.out:
             from ..files import atomic_write_json
-            args.out.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_json(args.out, report)
-    except MtxError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(USER_ERROR)
-    print(table)
+        print(table)
 
 
 if __name__ == "__main__":

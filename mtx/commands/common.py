@@ -17,6 +17,7 @@ The guard inside the job catches the command's errors before Hydra sees them (Hy
 an extra "Error executing job" line); the one around Hydra catches Hydra's own errors, which Hydra
 re-raises instead of printing them when HYDRA_FULL_ERROR=1 (`run` sets it).
 """
+import argparse
 import contextlib
 import errno
 import logging
@@ -33,7 +34,7 @@ from ..errors import BUG, INTERRUPTED, USER_ERROR, DataError, FileWriteError, Mt
 log = logging.getLogger("mtx")
 
 # OSErrors a user causes and can fix (a path that is missing, unreadable, read-only or full).
-FILE_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR,
+FILE_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EEXIST,
                errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head` closing the pipe
 HELP = {"ckpt": "pass a training run directory, e.g. ckpt=outputs/train/runs/<time>"}
@@ -141,6 +142,15 @@ def one_line_errors():
         print(f"error: internal error ({type(err).__name__}: {_one_line(err)[:300]}); this is a "
               f"bug, please report it with the log (traceback in {where})", file=sys.stderr)
         _exit(BUG)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A bad command line is one line, ``error: <command>: <problem>`` (`--help` for usage),
+    and exit code 2, like every other user error."""
+
+    def error(self, message):
+        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        _exit(USER_ERROR)
 
 
 def run(main):
