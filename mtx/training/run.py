@@ -100,7 +100,8 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1,
     fit = Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_len), train_cfg, decode_cfg, run,
               parallel, seed)
     if train_cfg.resume and not fit.restore():
-        log.info("train.resume=true but %s has no checkpoint yet: starting fresh", run.path)
+        log.warning("train.resume=true but %s has no checkpoint yet: a new run starts there "
+                    "(check hydra.run.dir if you meant to continue another)", run.path)
     log.info("model: %s parameters; %d training pairs; devices %s; worker %d of %d",
              f"{count_parameters(fit.model):,}", len(fit.train_src), ctxs, parallel.rank,
              parallel.num_workers)
