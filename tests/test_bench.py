@@ -161,10 +161,10 @@ def test_translate_profile_of_a_trained_run(toy_run, tmp_path, capsys):
 
 def test_compare_runs_times_each_run_and_its_decoding_step_by_part(toy_run, tmp_path, capsys):
     """`compare-runs`: the runs in turn, forced-length greedy, speed-ups against the first, and
-    each run's decoding step with its products by part."""
+    each run's decoding step with its products by part; with --beam, their real translation."""
     out = tmp_path / "compare.json"
     main(["compare-runs", str(toy_run), str(toy_run), "--data", "toy", "--steps", "6",
-          "--rounds", "2", "--out", str(out)])
+          "--rounds", "2", "--beam", "2", "--out", str(out)])
     results = json.loads(out.read_text())["compare_runs"]
     assert list(results) == [str(toy_run)]  # the same run twice is one entry
     r = results[str(toy_run)]
@@ -174,8 +174,12 @@ def test_compare_runs_times_each_run_and_its_decoding_step_by_part(toy_run, tmp_
                                   "FFN", "output layer"}
     assert all(ms > 0 for ms in r["parts_ms"].values())
     assert r["products_ms"] == pytest.approx(sum(r["parts_ms"].values()), abs=1e-2)
+    beam = r["beam"]  # then the real translation at beam 2, the same rounds
+    assert beam["beam_size"] == 2 and len(beam["seconds"]) == 2 and beam["speedup_vs_first"] == 1
+    assert beam["sacrebleu"] > 80 and beam["subwords"] > 0
     printed = capsys.readouterr().out
     assert "| run | step | self-attention projections |" in printed
+    assert "Translating the test split, beam 2, the runs in turn:" in printed
 
 
 def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):

@@ -78,8 +78,9 @@ def test_kill_9_then_resume_gives_the_uninterrupted_run(kill_at, uninterrupted, 
 @pytest.mark.slow
 def test_a_killed_sweep_resumes_into_the_same_folders(tmp_path):
     """`make ablate` killed in its second run, then the same command with train.resume=true:
-    the finished run is left as it was, the killed one resumes in its folder, the one never
-    started starts fresh (with a warning), and no folder is added for the resume."""
+    the finished run is left as it was (not trained or evaluated again), the killed one resumes
+    in its folder, the one never started starts fresh (with a warning), and no folder is added
+    for the resume."""
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(ROOT / "scripts" / "train.py"), "-m", *SMOKE,
                "train.max_epochs=1", "model.num_heads=1,2,4", f"hydra.sweep.dir={sweep}"]
@@ -88,13 +89,16 @@ def test_a_killed_sweep_resumes_into_the_same_folders(tmp_path):
                             env={**env, "MTX_KILL_AT": "step:50"}, timeout=600)  # 39 steps a run
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
     first, second = sorted(p for p in sweep.iterdir() if p.is_dir())
-    assert (first / "report.json").is_file() and not (second / "report.json").exists()
+    finished = (first / "report.json").stat().st_mtime_ns
+    assert not (second / "report.json").exists()
     resumed = subprocess.run([*command, "train.resume=true"], capture_output=True, cwd=ROOT,
                              env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
     runs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert runs[:2] == [first, second] and len(runs) == 3
     assert "model.num_heads=4" in runs[2].name and "resume" not in runs[2].name
+    assert (first / "report.json").stat().st_mtime_ns == finished  # not evaluated again
+    assert "had finished: nothing left to train" in (first / "train.log").read_text()
     assert "resumed from" in (second / "train.log").read_text()
     assert "a new run starts there" in (runs[2] / "train.log").read_text()
     for run in runs:

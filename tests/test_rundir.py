@@ -74,6 +74,9 @@ def test_patience_stops_after_epochs_without_improvement(tmp_path):
     fit.run()
     assert fit.state.epoch == 4 and fit.state.stale_epochs == 2
     assert [r["epoch"] for r in fit.run_dir.metrics()] == [1, 2, 3, 4]
+    resumed = _fit(tmp_path, max_epochs=10, patience=2, resume=True)  # a resume of the stopped
+    resumed.evaluate = lambda split: pytest.fail("trained again after its early stop")  # run
+    assert resumed.restore() and resumed.run() is not None and resumed.state.epoch == 4
 
 
 def test_keep_last_rotates_epoch_checkpoints_and_their_files(tmp_path):

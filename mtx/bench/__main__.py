@@ -10,7 +10,8 @@
                                 [--out FILE]
     python -m mtx.bench translate --run RUN_DIR [--beam 5] [--max-sentences N] [--profile]
                                   [--out FILE]
-    python -m mtx.bench compare-runs RUN_DIR RUN_DIR... [--steps 64] [--rounds 3] [--out FILE]
+    python -m mtx.bench compare-runs RUN_DIR RUN_DIR... [--steps 64] [--rounds 3] [--beam 5]
+        [--out FILE]
     python -m mtx.bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5]
                               [--url URL] [--out FILE]
 
@@ -233,7 +234,7 @@ def run_compare_runs(args):
     from . import tables
     from .machine import describe
     use_numpy_interface()
-    results = workers.compare_runs(args.run_dirs, args.data, args.steps, args.rounds)
+    results = workers.compare_runs(args.run_dirs, args.data, args.steps, args.rounds, args.beam)
     return {"machine": describe(), "compare_runs": results}, tables.compare_runs_table(results)
 
 
@@ -354,6 +355,8 @@ def build_parser():
     p.add_argument("--data", default=inputs.DEFAULT_DATA, help="conf/data/<name>.yaml")
     p.add_argument("--steps", type=at_least(1), default=DEFAULT_DECODE_STEPS)
     p.add_argument("--rounds", type=at_least(1), default=DEFAULT_ROUNDS)
+    p.add_argument("--beam", type=at_least(1), help="then each run's real translation of the "
+                   "test split at this beam, in turn, --rounds times (its speed-up and BLEU)")
     p = sub.add_parser("serve", parents=[common], help="mtx-serve under concurrent load "
                        "on loopback against one-at-a-time translation (docs/serving.md)")
     p.add_argument("--run", required=True, help="a training run directory")

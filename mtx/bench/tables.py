@@ -119,4 +119,12 @@ def compare_runs_table(results):
         lines += [f"| {run} | {r['step_ms']:.2f} | "
                   + " | ".join(f"{r['parts_ms'][p]:.3f}" for p in parts)
                   + f" | {r['step_ms'] - r['products_ms']:.2f} |" for run, r in results.items()]
+    beams = {run: r["beam"] for run, r in results.items() if "beam" in r}
+    if beams:
+        lines += ["", f"Translating the test split, beam {next(iter(beams.values()))['beam_size']}"
+                  f", the runs in turn:", "",
+                  "| run | best s | seconds | speed-up vs first | sacreBLEU | output subwords |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {run} | {b['best']} | {b['seconds']} | {b['speedup_vs_first']} | "
+                  f"{b['sacrebleu']} | {b['subwords']} |" for run, b in beams.items()]
     return "\n".join(lines)

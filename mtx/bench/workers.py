@@ -268,21 +268,24 @@ def run_child(command, *args, cwd=None):
         return json.loads(out.read_text())
 
 
-def compare_runs(run_dirs, data_name, steps, rounds):
+def compare_runs(run_dirs, data_name, steps, rounds, beam=None):
     """Trained runs (e.g. a model and its pruned copy) decoding the test split greedily for
     exactly ``steps`` positions, in turn, ``rounds`` times, in this one process: the speed of
     the architectures, independent of how long each model's translations are. Each run also
     gets its decoding step in ms (the fastest round over its steps, the encoder's share
     included) and the step's products by part, each timed alone (`decode_step_parts` at the
-    first batch's rows, the batches' mean source length and the mean cache length)."""
+    first batch's rows, the batches' mean source length and the mean cache length). With
+    ``beam``, then each run's real translation of the test split at that beam, in turn, in
+    ``rounds`` rounds too (`beam_rounds`): under "beam" in each run's result."""
     import mxnet as mx
     from ..rundir import load_run
     from ..vocab import BOS
     from .impls import cached_greedy
-    batches = inputs.decode_batches(inputs.load_corpus(inputs.data_config(data_name)))
-    models = {}
+    data_cfg = inputs.data_config(data_name)
+    batches = inputs.decode_batches(inputs.load_corpus(data_cfg))
+    models, tokenizers = {}, {}
     for run_dir in run_dirs:
-        models[run_dir] = load_run(run_dir, mx.cpu())[0]
+        models[run_dir], tokenizers[run_dir], _ = load_run(run_dir, mx.cpu())
         models[run_dir].hybridize(static_alloc=True)
         cached_greedy(models[run_dir], *batches[0], DECODE_WARMUP_STEPS, BOS)
     seconds = {run_dir: [] for run_dir in run_dirs}
@@ -305,4 +308,34 @@ def compare_runs(run_dirs, data_name, steps, rounds):
             "heads": cfg.total_heads,
             "step_ms": round(1000 * min(s) / (steps * len(batches)), 3),
             "parts_ms": parts, "products_ms": round(sum(parts.values()), 3)}
+    if beam:
+        for run_dir, result in beam_rounds(models, tokenizers, data_cfg, beam, rounds).items():
+            results[run_dir]["beam"] = result
     return results
+
+
+def beam_rounds(models, tokenizers, data_cfg, beam, rounds):
+    """{run: its translation of the test split at beam ``beam`` (conf/decode/beam.yaml), the
+    models in turn, ``rounds`` times: "seconds" per round, the fastest, its speed-up against the
+    first run, sacreBLEU and the output subwords (EOS included; a model that writes longer
+    translations does more steps)}."""
+    import mxnet as mx
+    from ..evaluation import translate_and_score
+    src, ref = inputs.test_text(data_cfg)
+    cfg = inputs.decode_config(beam)
+    seconds, scores = {run: [] for run in models}, {}
+    for run, model in models.items():  # warm-up: every shape's graph built before timing
+        translate_and_score(model, tokenizers[run], cfg, mx.cpu(), src[:TRANSLATE_WARMUP_SENTENCES],
+                            ref[:TRANSLATE_WARMUP_SENTENCES], data_cfg.tgt_lang)
+    for _ in range(rounds):
+        for run, model in models.items():
+            hyps, scores[run] = translate_and_score(model, tokenizers[run], cfg, mx.cpu(), src,
+                                                    ref, data_cfg.tgt_lang)
+            seconds[run].append(scores[run]["decode_seconds"])
+            scores[run]["subwords"] = sum(len(ids) + 1 for ids in tokenizers[run].encode(hyps))
+            logging.getLogger(__name__).info("%s beam %d: %s s", run, beam, seconds[run][-1])
+    base = min(next(iter(seconds.values())))
+    return {run: {"beam_size": beam, "seconds": s, "best": min(s),
+                  "speedup_vs_first": round(base / min(s), 3),
+                  "sacrebleu": scores[run]["sacrebleu"]["score"],
+                  "subwords": scores[run]["subwords"]} for run, s in seconds.items()}

@@ -149,18 +149,25 @@ class Fit:
     def check_interrupt(self):
         self.ctrl_c.check()
 
+    def early_stopped(self, state):
+        """`train.patience` epochs without a better validation score, at an epoch's end."""
+        return bool(self.train_cfg.patience and state.stale_epochs >= self.train_cfg.patience
+                    and state.batch_in_epoch == 0)
+
     def _run(self):
         """Epochs; one cut short by the budget ends like any other (validated, checkpointed)."""
         state = self.state
         if state.step and self.parallel.any(self.clock.out_of_time()):
             return self.clock.minutes()  # resumed after the budget was spent: nothing to train
+        if self.parallel.any(self.early_stopped(state)):
+            return self.clock.minutes()  # resumed after an early stop: nothing to train
         while state.epoch < self.train_cfg.max_epochs:
             cut_short = not self.train_epoch()
             state.epoch += 1
             stop = None
             if self.parallel.is_chief:  # evaluation and checkpoints: rank 0 only
                 self.end_of_epoch()
-                if self.train_cfg.patience and state.stale_epochs >= self.train_cfg.patience:
+                if self.early_stopped(state):
                     stop = f"no better validation score for {state.stale_epochs} epochs: early stop"
             state.start_epoch()
             self.check_interrupt()

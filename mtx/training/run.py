@@ -8,7 +8,7 @@ from ..corpus import load_corpus, load_tokenizer, save_tokenizer, tokenizer_sha2
 from ..devices import resolve_device, seed_everything
 from ..errors import CheckpointError, DataError
 from ..evaluation import translate_and_score
-from ..files import atomic_write_text
+from ..files import atomic_write_text, read_json
 from ..multi30k import TEST_SETS, TEST_SPLIT, load_split
 from ..parallel import DataParallel
 from ..pictures import learning_curve
@@ -99,17 +99,23 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1,
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore, precision)
     fit = Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_len), train_cfg, decode_cfg, run,
               parallel, seed)
-    if train_cfg.resume and not fit.restore():
+    restored = train_cfg.resume and fit.restore()
+    if train_cfg.resume and not restored:
         log.warning("train.resume=true but %s has no checkpoint yet: a new run starts there "
                     "(check hydra.run.dir if you meant to continue another)", run.path)
     log.info("model: %s parameters; %d training pairs; devices %s; worker %d of %d",
              f"{count_parameters(fit.model):,}", len(fit.train_src), ctxs, parallel.rank,
              parallel.num_workers)
+    steps_before = fit.state.step
     train_minutes = fit.run()
     log.info("worker %d of %d: trained on %d sentences (ids digest %s) in %d steps; parameter "
              "digest %s", parallel.rank, parallel.num_workers, *fit_digests(fit))
     if not parallel.is_chief:
         return None
+    report = run.path / "report.json"
+    if restored and fit.state.step == steps_before and report.is_file():
+        log.info("%s had finished: nothing left to train, its report.json is kept", run.path)
+        return read_json(report, CheckpointError, "report of the run")
     return final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes,
                         data_dir)
 
