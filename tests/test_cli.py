@@ -266,11 +266,15 @@ def test_evaluate_writes_to_out_dir(toy_run, files):
 
 @pytest.mark.slow
 def test_ctrl_c_while_translating_is_interrupted_exit_130(toy_run):
-    """Ctrl-C while translate waits for input on stdin: ``interrupted``, exit 130."""
+    """Ctrl-C while translate waits for input on stdin: ``interrupted``, exit 130. (The child
+    starts with SIGINT's default action, as from a terminal: a job started in the background by
+    a non-interactive shell inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt.)"""
     env = dict(os.environ, OMP_NUM_THREADS="2")
     proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "translate.py"),
                              f"ckpt={toy_run}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=ROOT, env=env)
+                            stderr=subprocess.PIPE, cwd=ROOT, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         seen = b""
         while b"translating standard input" not in seen:  # logged once the model is loaded
