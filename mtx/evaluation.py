@@ -1,8 +1,11 @@
 """Translate a split and score it: sacreBLEU, chrF and tokenized-lowercased BLEU."""
+import logging
 import time
 
 from .bleu import chrf, sacre_bleu, tokenized_lowercased_bleu
 from .search import Translator
+
+log = logging.getLogger(__name__)
 
 
 def score_translations(hypotheses, references, tgt_lang):
@@ -23,3 +26,28 @@ def translate_and_score(model, tokenizer, decode_cfg, ctx, sources, references, 
                   decode_seconds=round(seconds, 2),
                   sentences_per_second=round(len(sources) / max(seconds, 1e-9), 1))
     return hypotheses, scores
+
+
+def translation_rounds(models, tokenizers, decode_cfg, ctx, sources, references, tgt_lang, rounds,
+                       warmup_sentences=32):
+    """Time ``models`` ({label: model}, each with ``tokenizers[label]``) translating ``sources``
+    in turn, ``rounds`` times over (label by label, so a drift of the machine's speed reaches
+    all alike), each first translating its first ``warmup_sentences`` untimed (the first shapes
+    build graphs). -> {label: {"seconds": [one per round], "best": the fastest, "sacrebleu":
+    {score, signature}, "subwords": the output subwords, EOS included (a model that writes
+    longer translations does more steps)}}."""
+    for label, model in models.items():
+        Translator(model, tokenizers[label], decode_cfg, ctx).translate(sources[:warmup_sentences])
+    timings = {label: {"seconds": []} for label in models}
+    for _ in range(rounds):
+        for label, model in models.items():
+            hyps, scores = translate_and_score(model, tokenizers[label], decode_cfg, ctx, sources,
+                                               references, tgt_lang)
+            timings[label]["seconds"].append(scores["decode_seconds"])
+            timings[label]["sacrebleu"] = scores["sacrebleu"]
+            timings[label]["subwords"] = sum(len(ids) + 1 for ids in tokenizers[label].encode(hyps))
+            log.info("%s: %.2f s, sacreBLEU %.2f", label, scores["decode_seconds"],
+                     scores["sacrebleu"]["score"])
+    for timing in timings.values():
+        timing["best"] = min(timing["seconds"])
+    return timings

@@ -9,7 +9,6 @@ from . import heads
 from .bleu import sacre_bleu
 from .files import atomic_copy
 from .config import ConfigError, DecodeConfig
-from .evaluation import translate_and_score
 from .rundir import RunDir
 from .search import Translator
 
@@ -89,27 +88,3 @@ def save_pruned_run(pruned, run_dir, out_dir, meta):
             atomic_copy(source.path / name, pruned_run.path / name)
     pruned_run.write_json("model.json", dataclasses.asdict(pruned.cfg))
     pruned_run.save("best", pruned, **meta)
-
-
-def timed_translation(model, tokenizer, decode_cfg, ctx, sources, references, tgt_lang):
-    """`translate_and_score` after a short warm-up (the first shapes are slow)."""
-    Translator(model, tokenizer, decode_cfg, ctx).translate(sources[:16])
-    _, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources, references,
-                                    tgt_lang)
-    return {"seconds": scores["decode_seconds"], "sacrebleu": scores["sacrebleu"]}
-
-
-def compare_speed(models, rounds, *translate_args):
-    """Time each of ``models`` ({label: model}) translating, interleaved: label by label,
-    ``rounds`` times over. Returns {label: {"seconds": [one per round], "best": min,
-    "sacrebleu": ...}}."""
-    timings = {label: {"seconds": []} for label in models}
-    for _ in range(rounds):
-        for label, model in models.items():
-            result = timed_translation(model, *translate_args)
-            timings[label]["seconds"].append(result["seconds"])
-            timings[label]["sacrebleu"] = result["sacrebleu"]
-            log.info("%s: %.2f s, sacreBLEU %s", label, result["seconds"], result["sacrebleu"])
-    for timing in timings.values():
-        timing["best"] = min(timing["seconds"])
-    return timings

@@ -316,26 +316,15 @@ def compare_runs(run_dirs, data_name, steps, rounds, beam=None):
 
 def beam_rounds(models, tokenizers, data_cfg, beam, rounds):
     """{run: its translation of the test split at beam ``beam`` (conf/decode/beam.yaml), the
-    models in turn, ``rounds`` times: "seconds" per round, the fastest, its speed-up against the
-    first run, sacreBLEU and the output subwords (EOS included; a model that writes longer
-    translations does more steps)}."""
+    models in turn, ``rounds`` times (`translation_rounds`): "seconds" per round, the fastest,
+    its speed-up against the first run, sacreBLEU and the output subwords}."""
     import mxnet as mx
-    from ..evaluation import translate_and_score
+    from ..evaluation import translation_rounds
     src, ref = inputs.test_text(data_cfg)
-    cfg = inputs.decode_config(beam)
-    seconds, scores = {run: [] for run in models}, {}
-    for run, model in models.items():  # warm-up: every shape's graph built before timing
-        translate_and_score(model, tokenizers[run], cfg, mx.cpu(), src[:TRANSLATE_WARMUP_SENTENCES],
-                            ref[:TRANSLATE_WARMUP_SENTENCES], data_cfg.tgt_lang)
-    for _ in range(rounds):
-        for run, model in models.items():
-            hyps, scores[run] = translate_and_score(model, tokenizers[run], cfg, mx.cpu(), src,
-                                                    ref, data_cfg.tgt_lang)
-            seconds[run].append(scores[run]["decode_seconds"])
-            scores[run]["subwords"] = sum(len(ids) + 1 for ids in tokenizers[run].encode(hyps))
-            logging.getLogger(__name__).info("%s beam %d: %s s", run, beam, seconds[run][-1])
-    base = min(next(iter(seconds.values())))
-    return {run: {"beam_size": beam, "seconds": s, "best": min(s),
-                  "speedup_vs_first": round(base / min(s), 3),
-                  "sacrebleu": scores[run]["sacrebleu"]["score"],
-                  "subwords": scores[run]["subwords"]} for run, s in seconds.items()}
+    timings = translation_rounds(models, tokenizers, inputs.decode_config(beam), mx.cpu(), src,
+                                 ref, data_cfg.tgt_lang, rounds, TRANSLATE_WARMUP_SENTENCES)
+    base = next(iter(timings.values()))["best"]
+    return {run: {"beam_size": beam, "seconds": t["seconds"], "best": t["best"],
+                  "speedup_vs_first": round(base / t["best"], 3),
+                  "sacrebleu": t["sacrebleu"]["score"], "subwords": t["subwords"]}
+            for run, t in timings.items()}

@@ -18,8 +18,8 @@ from ..devices import resolve_device, use_numpy_interface
 from ..errors import ConfigError
 from ..files import atomic_write_json
 from ..gates import train_gates
-from ..head_study import (GatedScorer, choose_pruning, compare_speed, curves,
-                          importance_scores, save_pruned_run)
+from ..evaluation import translation_rounds
+from ..head_study import GatedScorer, choose_pruning, curves, importance_scores, save_pruned_run
 from ..pictures import gate_training_plot, importance_heatmaps, pruning_plot
 from ..rundir import RunDir, load_run
 from ..training import continue_training
@@ -180,8 +180,9 @@ def prune_and_time(cfg, s, source, gates, meta):
     test_src, test_ref = s.corpus.text[cfg.test_split]
     speed = {**meta, "kept_per_layer": pruned.cfg.heads_per_layer,
              "decode": dict(s.decode_cfg.__dict__), "split": cfg.test_split,
-             **compare_speed(models, cfg.timing_rounds, s.tokenizer, s.decode_cfg, s.ctx,
-                             test_src, test_ref, s.data_cfg.tgt_lang)}
+             **translation_rounds(models, dict.fromkeys(models, s.tokenizer), s.decode_cfg,
+                                  s.ctx, test_src, test_ref, s.data_cfg.tgt_lang,
+                                  cfg.timing_rounds)}
     speed["speedup"] = round(speed["full"]["best"] / speed["pruned"]["best"], 3)
     atomic_write_json(s.out / "speed.json", speed)
     return speed
