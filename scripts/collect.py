@@ -78,7 +78,7 @@ def minutes_to_reach(curve, bleu):
     return None
 
 
-MEANS = ("valid_bleu", "test_sacrebleu", "test_bleu_tok_lc", "train_tok_s", "decode_sent_s")
+SAME_FOR_ALL_SEEDS = ("run", "parameters", "beam")  # every other column is averaged over seeds
 
 
 def without_seed(run_name):
@@ -88,7 +88,8 @@ def without_seed(run_name):
 
 def mean_over_seeds(rows):
     """One row per setting of ``rows`` whose runs differ only in the seed: "mean (a, b)" for
-    each of MEANS; None when no setting has more than one run."""
+    each measured column (all but SAME_FOR_ALL_SEEDS: the scores, speeds, updates, minutes and
+    what --reach/--at-update add); None when no setting has more than one run."""
     groups = {}
     for row in rows:
         groups.setdefault(without_seed(row["run"]), []).append(row)
@@ -97,10 +98,10 @@ def mean_over_seeds(rows):
     table = []
     for setting, group in groups.items():
         row = {"setting": setting, "seeds": len(group)}
-        for key in MEANS:
+        for key in (k for k in group[0] if k not in SAME_FOR_ALL_SEEDS):
             values = [r[key] for r in group if r[key] is not None]
-            row[key] = (f"{statistics.mean(values):.2f} ({', '.join(f'{v:g}' for v in values)})"
-                        if values else None)
+            each = ", ".join(f"{v:g}" for v in values)
+            row[key] = f"{round(statistics.mean(values), 2):g} ({each})" if values else None
         table.append(row)
     return table
 

@@ -59,15 +59,26 @@ def test_table_with_reach_and_curves(collect, tmp_path, capsys):
     assert [r["minutes_to_25"] for r in rows] == [7.5, None]
 
 
+def _table(markdown_lines):
+    """[{column: cell}] of a markdown table's lines."""
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in markdown_lines]
+    return [dict(zip(cells[0], row)) for row in cells[2:]]
+
+
 def test_runs_that_differ_only_in_seed_get_a_mean_row(collect, tmp_path, capsys):
     _run(tmp_path, "model.num_heads=1,seed=1", [(5.0, 20.0)])
-    _run(tmp_path, "model.num_heads=1,seed=2", [(5.0, 24.0)])
+    _run(tmp_path, "model.num_heads=1,seed=2", [(5.0, 24.0)], updates_per_epoch=150)
     _run(tmp_path, "model.num_heads=4,seed=1", [(5.0, 30.0)])
-    collect.main([str(tmp_path)])
+    collect.main([str(tmp_path), "--at-update", "100"])
     out = capsys.readouterr().out
-    means = out.split("Mean over seeds")[1].splitlines()
-    assert means[4].startswith("| model.num_heads=1 | 2 | 22.00 (20, 24) | 30.00 (30, 30) |")
-    assert means[5].startswith("| model.num_heads=4 | 1 | 30.00 (30) |")
+    means = _table([line for line in out.split("Mean over seeds")[1].splitlines()
+                    if line.startswith("|")])
+    one, four = means
+    assert one["setting"] == "model.num_heads=1" and one["seeds"] == "2"
+    assert one["valid_bleu"] == "22 (20, 24)" and one["test_sacrebleu"] == "30 (30, 30)"
+    assert one["val_bleu_at_update_100"] == "18 (20, 16)"  # 24 * 100/150 for seed 2
+    assert four["setting"] == "model.num_heads=4" and four["valid_bleu"] == "30 (30)"
+    assert "parameters" not in one  # the same for every seed: not averaged
     assert collect.without_seed("seed=3") == "(default)"
 
 
