@@ -15,7 +15,6 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 for commit in "${commits[@]}"; do
   tree=$(mktemp -d)/tree
   git worktree add -q --detach "$tree" "$commit"
-  mkdir -p "$tree/mtx/kernels/build" && cp -r mtx/kernels/build/. "$tree/mtx/kernels/build/"
   short=$(git rev-parse --short "$commit")
   echo "== $short: $(git log -1 --format=%s "$commit" | cut -c1-90)"
   (cd "$tree" && PYTHONPATH="$tree" "$root/.venv/bin/python" scripts/bench.py decode \
