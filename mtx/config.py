@@ -143,6 +143,9 @@ class ModelConfig:
         return sum(self.heads_by_layer)
 
 
+TOY_TASKS = ("copy", "reverse")  # the toy task: the target is the source copied or reversed
+
+
 @dataclass(frozen=True)
 class DataConfig:
     name: str = "multi30k"          # multi30k | toy
@@ -152,7 +155,7 @@ class DataConfig:
     vocab_size: int = 8000          # joint SentencePiece vocabulary
     max_len: int = 128              # training pairs longer than this (in subwords) are skipped
     # toy task
-    task: str = "reverse"           # copy | reverse
+    task: str = "reverse"           # one of TOY_TASKS
     num_symbols: int = 20
     min_len: int = 3
     max_toy_len: int = 12
@@ -166,6 +169,9 @@ class DataConfig:
         if self.max_len < 1:
             raise ConfigError(f"data.max_len={self.max_len} must be at least 1")
         if self.name == "toy":
+            if self.task not in TOY_TASKS:
+                raise ConfigError(f"data.task={self.task}: the toy task is one of "
+                                  f"{', '.join(TOY_TASKS)}")
             if self.num_symbols < 2 or not 1 <= self.min_len <= self.max_toy_len:
                 raise ConfigError(f"data.num_symbols={self.num_symbols}, data.min_len="
                                   f"{self.min_len}, data.max_toy_len={self.max_toy_len}: need at "

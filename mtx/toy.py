@@ -1,7 +1,6 @@
 """The synthetic toy task: random symbol sequences and their copy or reversal."""
 import random
 
-from .errors import DataError
 from .multi30k import SPLITS as TOY_SPLITS  # the same split names as Multi30k's
 
 
@@ -10,9 +9,8 @@ def toy_symbols(num_symbols):
 
 
 def make_toy(task, num_symbols, min_len, max_len, sizes, seed):
-    """{split: (source lines, target lines)}: random symbol sequences and their copy/reversal."""
-    if task not in ("copy", "reverse"):
-        raise DataError(f"data.task={task}: the toy task is 'copy' or 'reverse'")
+    """{split: (source lines, target lines)}: random symbol sequences and their copy/reversal
+    (``task`` one of config.TOY_TASKS, which DataConfig checks)."""
     rng = random.Random(seed)
     symbols = toy_symbols(num_symbols)
     splits = {}

@@ -62,14 +62,17 @@ def run_command(name, *overrides, stdin=None, cwd, env=None, timeout=600):
 @pytest.fixture(scope="session")
 def toy_run(tmp_path_factory):
     """A model trained on the toy reversal task by the command ``mtx-train``, run from a
-    directory outside the checkout (about a minute). MTX_TEST_TOY_RUN=<dir> keeps it there
-    between sessions (for development; CI trains anew)."""
+    directory outside the checkout (about a minute), in float32: ``train.precision=auto`` could
+    pick bfloat16 on another CPU and the tests that read its translations would then see other
+    weights (auto is tested with a faked probe, tests/test_precision_auto.py).
+    MTX_TEST_TOY_RUN=<dir> keeps it there between sessions (for development; CI trains anew)."""
     keep = os.environ.get("MTX_TEST_TOY_RUN")
     if keep and (Path(keep) / "report.json").is_file():
         return Path(keep)
     run_dir = Path(keep) if keep else tmp_path_factory.mktemp("toy") / "run"
     elsewhere = tmp_path_factory.mktemp("elsewhere")
-    done = run_command("train", "experiment=toy", f"hydra.run.dir={run_dir}", cwd=elsewhere,
+    done = run_command("train", "experiment=toy", "train.precision=float32",
+                       f"hydra.run.dir={run_dir}", cwd=elsewhere,
                        env={"MTX_DATA_DIR": str(run_dir.parent / "data")})
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert not any(elsewhere.iterdir()), "mtx-train wrote into its working directory"

@@ -257,10 +257,11 @@ def test_an_older_revision_runs_in_its_own_checkout(monkeypatch, capsys):
     assert "| mtx / mtx@HEAD | 2.0 |" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["train", "--impl", "mtx", "--batches", "sorted"],
-                                  ["train", "--impl", "mtx,mtx@no-such-revision-x"],
-                                  ["profile", "--impl", "mtx", "--batches", "bucket,packed"]])
-def test_bad_batching_or_revision_is_a_one_line_error(argv, capsys, monkeypatch):
+@pytest.mark.parametrize("argv, words", [
+    (["train", "--impl", "mtx", "--batches", "sorted"], "error: --batches sorted"),
+    (["train", "--impl", "mtx,mtx@no-such-revision-x"], "no such git revision"),
+    (["profile", "--impl", "mtx", "--batches", "bucket,packed"], "error: --batches bucket,packed")])
+def test_bad_batching_or_revision_is_a_one_line_error(argv, words, capsys, monkeypatch):
     from mtx.bench import machine, workers
 
     def measured(*args, **kwargs):
@@ -271,8 +272,7 @@ def test_bad_batching_or_revision_is_a_one_line_error(argv, capsys, monkeypatch)
         main(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
-    assert err.startswith("error: --batches ") or "no such git revision" in err
-    assert err.count("\n") == 1
+    assert words in err and err.count("\n") == 1
 
 
 def test_machine_description_has_the_onednn_version():

@@ -21,7 +21,8 @@ import sys
 import pytest
 
 from mtx.commands.common import run, typed
-from mtx.config import ConfigError, DataConfig, ModelConfig, TrainConfig, from_dict
+from mtx.config import (ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig,
+                        from_dict)
 from mtx.errors import BUG, INTERRUPTED, USER_ERROR, DataError
 from tests.conftest import ROOT, run_script
 
@@ -111,9 +112,27 @@ def test_typed_values_are_checked(cls, key, value, expected):
     (TrainConfig, {"label_smoothing": 1.0}, "train.label_smoothing=1.0 must be in [0, 1)"),
     (DataConfig, {"name": "toy", "min_len": 9, "max_toy_len": 4}, "1 <= min_len <= max_toy_len"),
     (DataConfig, {"name": "toy", "sizes": [100, 10]}, "give three positive sizes"),
+    (DataConfig, {"name": "toy", "task": "sort"}, "data.task=sort: the toy task is one of copy, "),
+    (DataConfig, {"name": "wmt14"}, "data.name=wmt14: choose multi30k or toy"),
+    (DataConfig, {"vocab_size": 8}, "data.vocab_size=8 is too small (at least 16)"),
+    (ModelConfig, {"num_encoder_layers": 0}, "model.num_encoder_layers=0 must be at least 1"),
+    (ModelConfig, {"ffn_num_hiddens": 0}, "model.ffn_num_hiddens=0 must be at least 1"),
+    (ModelConfig, {"dropout": 1.0}, "model.dropout=1.0 must be in [0, 1)"),
+    (ModelConfig, {"heads_per_layer": [4, 4]}, "model.heads_per_layer has 2 entries; the model "
+                                               "has 9 attention layers"),
+    (TrainConfig, {"devices": []}, "train.devices=[] is empty"),
+    (TrainConfig, {"batch_tokens": 4}, "train.batch_tokens=4 is too small"),
+    (TrainConfig, {"log_every": 0}, "train.log_every must be >= 1"),
+    (TrainConfig, {"lr": 0}, "train.lr must be > 0"),
+    (TrainConfig, {"warmup_steps": 0}, "train.warmup_steps >= 1"),
+    (TrainConfig, {"clip_norm": -1}, "train.clip_norm and train.weight_decay must be >= 0"),
+    (DecodeConfig, {"beam_size": 0}, "decode.beam_size=0 must be at least 1"),
+    (DecodeConfig, {"beam_size": 2, "nbest": 3}, "decode.nbest=3 must be between 1 and "
+                                                 "decode.beam_size"),
 ])
 def test_values_that_cannot_work_are_refused_before_any_work(cls, values, expected):
-    section = {TrainConfig: "train", DataConfig: "data"}[cls]
+    section = {TrainConfig: "train", DataConfig: "data", ModelConfig: "model",
+               DecodeConfig: "decode"}[cls]
     with pytest.raises(ConfigError, match=re.escape(expected)):
         from_dict(cls, values, section)
 
@@ -163,6 +182,8 @@ CASES = {
     "evaluate-source-without-reference": ("evaluate", [f"ckpt={RUN}", "source={src}"],
                                           "give both source= and reference="),
     "evaluate-ckpt-not-a-run": ("evaluate", ["ckpt={tmp}"], "is not a training run"),
+    "evaluate-toy-run-without-files": ("evaluate", [f"ckpt={RUN}"],
+                                       "was not trained on Multi30k: pass source= and reference="),
     "translate-attention-png-without-input": ("translate", [f"ckpt={RUN}",
                                                             "attention_png={tmp}/png"],
                                               "give input=FILE too"),
@@ -195,6 +216,10 @@ def _fill(texts, request, files):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_is_one_line_exit_2(case, request, files):
     script, overrides, words = CASES[case]
+    if case.endswith("-no-gpu"):
+        import mxnet as mx
+        if mx.context.num_gpus() > 0:
+            pytest.skip("this machine has a GPU: device=gpu is not an error here")
     overrides, (words,) = _fill(overrides, request, files), _fill([words], request, files)
     if script == "train":
         overrides += ["experiment=smoke", f"hydra.run.dir={files['tmp']}/run"]

@@ -154,7 +154,7 @@ def make_run(path, model, data_cfg=DataConfig(name="toy")):
     return path
 
 
-def test_bench_decode_puts_ctranslate2_beside_mtx_on_a_run(tmp_path):
+def test_bench_decode_puts_ctranslate2_beside_mtx_on_a_run(tmp_path, capsys):
     """``mtx-bench decode --run``: each implementation translates the run's test sentences with
     beam 5 and greedily; a CTranslate2 row exports in another process and never loads MXNet."""
     run = make_run(tmp_path / "run", random_model(small_cfg()))
@@ -172,8 +172,12 @@ def test_bench_decode_puts_ctranslate2_beside_mtx_on_a_run(tmp_path):
                 "greedy_subwords_s", "greedy_sacrebleu"):
         assert key in mtx_row and key in ct2, key
     assert "peak_rss_mb" in mtx_row
-    with pytest.raises(SystemExit):  # a CTranslate2 row needs a trained run
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:  # a CTranslate2 row needs a trained run
         bench_main(["decode", "--impl", "ct2-int8"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert "--impl ct2-int8 translates a trained run: give --run RUN_DIR" in err
 
 
 @pytest.mark.slow

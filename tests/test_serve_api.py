@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi", reason="no serve extra (pip install -e '.[serve]')")
+import fastapi  # noqa: E402,F401  the serve extra, which make install installs: missing, these fail
 from servers import get, post, request, start_server  # noqa: E402
 
 # toy run (conf/experiment/toy.yaml): 2 encoder and 2 decoder layers, 4 heads, 255 positions;

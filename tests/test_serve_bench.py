@@ -3,9 +3,8 @@ one-at-a-time baseline, every request answered, the server stopped cleanly. No s
 (the numbers of docs/serving.md come from a long run on an idle machine)."""
 import json
 
-import pytest
 
-pytest.importorskip("fastapi", reason="no serve extra (pip install -e '.[serve]')")
+import fastapi  # noqa: E402,F401  the serve extra, which make install installs: missing, these fail
 from conftest import run_command  # noqa: E402
 
 from mtx.bench.serve import percentiles  # noqa: E402

@@ -2,15 +2,20 @@
 read for the page (mtx/serving/study.py): each problem named in one line."""
 import json
 import re
+import socket
+from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("fastapi", reason="no serve extra (pip install -e '.[serve]')")
-from pydantic import ValidationError  # noqa: E402  (after the skip: pydantic comes with FastAPI)
+import fastapi  # noqa: E402,F401  the serve extra, which make install installs: missing, these fail
+from pydantic import ValidationError  # noqa: E402  (pydantic comes with FastAPI)
 
+from mtx.commands.serve import check_address  # noqa: E402
 from mtx.config import DecodeConfig, ModelConfig  # noqa: E402
+from mtx.errors import ConfigError  # noqa: E402
 from mtx.serving.bodies import (AttentionBody, Limits, RequestError, TranslateBody,  # noqa: E402
                                 check_gates, sentence_ids, settings, validation_message)
+from mtx.serving.server import bind  # noqa: E402
 from mtx.serving.study import head_study  # noqa: E402
 from mtx.vocab import WordTokenizer  # noqa: E402
 
@@ -130,3 +135,25 @@ def test_a_missing_damaged_or_foreign_study_is_not_shown(tmp_path):
     write_study(tmp_path / "broken")
     (tmp_path / "broken" / "heads" / "pruning.json").write_text("{")
     assert "pruning.json is not valid JSON" in head_study(tmp_path / "broken", CFG)["reason"]
+
+
+def test_a_busy_port_is_one_line_before_the_model_loads():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port} .*choose another "
+                                              f"port=, or port=0 for a free one"):
+            bind("127.0.0.1", port)
+    with bind("127.0.0.1", 0) as free:  # port=0: a free port
+        assert free.getsockname()[1] > 0
+
+
+@pytest.mark.parametrize("host, port, shutdown, words", [
+    ("127.0.0.1", 70000, 5, "port=70000: give a port number 1-65535, or 0"),
+    ("127.0.0.1", "http", 5, "port=http: give a port number"),
+    ("", 8000, 5, "host=: give an address such as 127.0.0.1"),
+    ("127.0.0.1", 8000, -1, "shutdown_seconds=-1: give 0 or more seconds")])
+def test_bad_addresses_are_refused(host, port, shutdown, words):
+    cfg = SimpleNamespace(host=host, port=port, shutdown_seconds=shutdown)
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        check_address(cfg)
+    check_address(SimpleNamespace(host="127.0.0.1", port=0, shutdown_seconds=0))  # all fine

@@ -7,6 +7,7 @@ import sys
 
 import mxnet as mx
 import pytest
+import tensorboardX  # a dependency of mtx (pyproject.toml): missing, the suite fails
 from mxnet import np
 
 import mtx.tensorboard
@@ -81,7 +82,6 @@ def test_metric_keys_become_tags_and_epoch_records_keep_theirs_apart():
 
 # -- the run directory's records and events, without training --------------------------------
 def test_events_mirror_the_records_and_a_resume_starts_them_anew(tmp_path):
-    pytest.importorskip("tensorboardX")
     run = RunDir(tmp_path)
     for step, loss in ((3, 4.0), (6, 3.0)):
         run.append_step(_record(step, loss))
@@ -121,7 +121,6 @@ def test_without_tensorboardX_the_records_go_on_after_one_warning(tmp_path, monk
 
 
 def test_a_failing_event_writer_costs_one_warning_and_no_record(tmp_path, monkeypatch, caplog):
-    tensorboardX = pytest.importorskip("tensorboardX")
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -172,7 +171,6 @@ def _same_records(records):
 
 @pytest.mark.slow
 def test_steps_jsonl_has_every_log_point_and_adds_up_to_the_epochs(uninterrupted):
-    pytest.importorskip("tensorboardX")
     run = RunDir(uninterrupted)
     steps, epochs = run.steps(), run.metrics()
     assert [m["epoch"] for m in epochs] == [1, 2]
@@ -187,7 +185,8 @@ def test_steps_jsonl_has_every_log_point_and_adds_up_to_the_epochs(uninterrupted
     for r in steps:
         assert math.isfinite(r["train/loss"]) and r["tokens"] > 0 and r["train/tok_s"] > 0
         assert r["train/lr"] == inverse_sqrt_warmup(r["step"], train_cfg.lr, 5)
-        assert 0 <= r["wall_minutes"] < 5
+    minutes = [r["wall_minutes"] for r in steps]
+    assert minutes[0] >= 0 and minutes == sorted(minutes)  # the clock of one run, never back
     for epoch in epochs:
         window = [r for r in steps if r["epoch"] == epoch["epoch"]]
         mean = sum(r["train/loss"] * r["tokens"] for r in window) / sum(r["tokens"] for r in window)
@@ -207,7 +206,6 @@ def test_a_resume_from_a_mid_epoch_checkpoint_redoes_its_records_once(uninterrup
     """Die in epoch 2 at a log point after its step record, before its checkpoint (the record
     is then ahead of the resume point), resume: the records and events of the uninterrupted run,
     each step once."""
-    pytest.importorskip("tensorboardX")
     full = RunDir(uninterrupted).steps()
     checkpoints_before = sum(r["epoch"] == 1 for r in full) + 2  # epoch 1's, then 2 in epoch 2
     epoch_2 = [r["step"] for r in full if r["epoch"] == 2]

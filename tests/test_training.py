@@ -145,7 +145,8 @@ def test_float16_on_a_cpu_is_a_config_error(tmp_path):
 
 
 def test_toy_task_is_learned_through_the_script(toy_run):
-    """scripts/train.py experiment=toy: about a minute on 2 cores, then near-perfect reversal."""
+    """mtx-train experiment=toy (the `toy_run` fixture): near-perfect reversal, and a report
+    that says what the run was."""
     report = json.loads((toy_run / "report.json").read_text())
     scores = report["scores"]["test_2016_flickr"]
     assert scores["exact_match"] >= 90.0, scores
@@ -154,8 +155,8 @@ def test_toy_task_is_learned_through_the_script(toy_run):
     trainable = sum(int(p.data().size) for p in model.collect_params().values()
                     if p.grad_req != "null")
     assert report["src_lang"] == "src" and report["parameters"] == trainable
-    assert 0 < report["train_minutes"] < 30 and report["precision"]["requested"] == "auto"
-    assert report["precision"]["used"] in ("float32", "bfloat16") and report["precision"]["reason"]
+    assert report["train_minutes"] > 0 and report["precision"]["requested"] == "float32"
+    assert report["precision"]["used"] == "float32" and report["precision"]["reason"]
     assert report["native_kernels"]["native_layer_norm"] in (True, False)
     for name in ("model.json", "data.json", "run.json", "toy_symbols.json", "metrics.jsonl",
                  "precision.json",
