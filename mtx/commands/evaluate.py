@@ -36,11 +36,13 @@ def evaluate(cfg):
     """Score the run ``cfg.ckpt`` on ``cfg.split`` or on ``cfg.source``/``cfg.reference``;
     returns the scores."""
     use_numpy_interface()
-    texts = read_files(cfg)  # bad files, a wrong ckpt= and an unwritable output fail before
-    require_run(cfg.ckpt)    # the model loads, and nothing is created in a wrong ckpt=
+    # bad files, a wrong ckpt=, a split the run cannot have and an unwritable output fail before
+    # the model loads, and nothing is created in a wrong ckpt=
+    texts = read_files(cfg)
+    run = require_run(cfg.ckpt)
+    name, sources, references = texts or read_split(cfg, run.data_config())
     out_dir = writable_out_dir(cfg, "eval")
     decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
-    name, sources, references = texts or read_split(cfg, data_cfg)
     tgt_lang = data_cfg.tgt_lang if data_cfg else "en"
     hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,
                                              references, tgt_lang)
