@@ -257,3 +257,31 @@ def test_toy_run_decodes_the_same_with_ctranslate2(toy_run, tmp_path):
         got = CTranslate2Translator(tmp_path / "ct2", decode_cfg).translate_nbest(src)
         assert [e[0][0] for e in expected] == [g[0][0] for g in got], decode_cfg
         assert onp.allclose([e[0][1] for e in expected], [g[0][1] for g in got], atol=1e-3)
+
+
+def test_bad_export_outputs_and_backends_are_one_line(tmp_path):
+    from omegaconf import OmegaConf
+
+    from mtx.deploy import backend_of
+    from mtx.deploy.export import _prepare_output
+    a_file, other = tmp_path / "model.txt", tmp_path / "other"
+    a_file.write_text("x")
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(FileWriteError, match="is a file; give a directory"):
+        _prepare_output(a_file)
+    with pytest.raises(FileWriteError, match="is a non-empty directory that is not an mtx export"):
+        _prepare_output(other)
+    with pytest.raises(FileWriteError, match="is not a writable directory"):
+        _prepare_output(tmp_path / "no" / "such" / "dir")
+    assert _prepare_output(tmp_path / "new") == tmp_path / "new"  # new, empty: fine
+    exported = tmp_path / "exported"
+    exported.mkdir()
+    (exported / EXPORT_INFO).write_text("{}")
+    assert _prepare_output(exported) == exported  # an earlier export is replaced
+    with pytest.raises(ConfigError, match="backend=foo: choose one of"):
+        backend_of(OmegaConf.create({"ckpt": str(other), "backend": "foo"}))
+    with pytest.raises(ConfigError, match="is a CTranslate2 export, which mtx's decoder does not"):
+        backend_of(OmegaConf.create({"ckpt": str(exported), "backend": "mtx"}))
+    assert backend_of(OmegaConf.create({"ckpt": str(exported)})) == "ctranslate2"
+    assert backend_of(OmegaConf.create({"ckpt": str(other)})) == "mtx"
