@@ -67,6 +67,12 @@ class Transformer(HybridBlock):
     def tgt_embed(self):
         return self.src_embed if self.tgt_embed_own is None else self.tgt_embed_own
 
+    def count_parameters(self):
+        """Trainable parameters (the positional table is a constant and not counted; a tied
+        embedding counts once)."""
+        return sum(int(p.data().size) for p in self.collect_params().values()
+                   if p.grad_req != "null")
+
     def attention_layers(self):
         """(row, name, MultiHeadAttention block) of every attention layer, in the order of
         `ModelConfig.attention_layers` (the rows of head gates)."""

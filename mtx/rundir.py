@@ -159,6 +159,31 @@ class RunDir(CheckpointStore):
             self.events.close()
             self.events = None
 
+    def report(self):
+        """report.json of a finished run (a damaged one: CheckpointError), or None."""
+        path = self.path / "report.json"
+        return read_json(path, CheckpointError, "report") if path.is_file() else None
+
+    def checkpoint_name(self, which="auto"):
+        """The checkpoint ``which`` names: auto -> the one the run chose (report.json; best
+        before the run finished), last -> the newest epoch checkpoint, a .params file -> its
+        manifest; any other name as it is (`CheckpointStore.verify` checks it)."""
+        if which == "auto":
+            report = self.report()
+            try:
+                return report["final"]["checkpoint"] if report else "best"
+            except (KeyError, TypeError):
+                raise CheckpointError(f"{self.path / 'report.json'} names no final checkpoint; "
+                                      f"pass checkpoint=best (or another name)") from None
+        if str(which).endswith(".params"):  # a checkpoint file: its manifest sits beside it
+            return str(Path(which).with_suffix(".json"))
+        if which == "last":
+            names = self.epoch_names()
+            if not names:
+                raise CheckpointError(f"{self.checkpoints} has no epoch checkpoints yet")
+            return names[-1]
+        return which
+
     def write_json(self, name, obj):
         return atomic_write_json(self.path / name, obj)
 
@@ -199,17 +224,7 @@ def load_run(run_dir, ctx, which="auto"):
     from .corpus import load_tokenizer
     from .model import Transformer
     run = require_run(run_dir)
-    if which == "auto":
-        report = run.path / "report.json"
-        which = (read_json(report, CheckpointError, "report")["final"]["checkpoint"]
-                 if report.is_file() else "best")
-    if str(which).endswith(".params"):  # a checkpoint file: its manifest sits beside it
-        which = str(Path(which).with_suffix(".json"))
-    if which == "last":
-        names = run.epoch_names()
-        if not names:
-            raise CheckpointError(f"{run.checkpoints} has no epoch checkpoints yet")
-        which = names[-1]
+    which = run.checkpoint_name(which)
     average = re.fullmatch(r"average_last_(\d+)", str(which))
     if average:
         return _load_average(run, int(average.group(1)), ctx)

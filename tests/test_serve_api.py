@@ -2,6 +2,7 @@
 serving the toy run (it reverses sequences of w0..w19). Every bad input gets a 4xx JSON error
 that names the problem and the next request is served; concurrent requests are batched and
 each gets its own answer; SIGTERM and Ctrl-C answer or refuse what is in flight."""
+import json
 import signal
 import threading
 import time
@@ -42,7 +43,8 @@ def test_health_and_info(server, toy_run):
     assert [layer["name"] for layer in info["layers"]] == [
         "enc0 self", "enc1 self", "dec0 self", "dec0 cross", "dec1 self", "dec1 cross"]
     assert {layer["heads"] for layer in info["layers"]} == {HEADS} and info["num_heads"] == HEADS
-    assert info["parameters"] > 10_000 and info["precision"] == "float32"
+    report = json.loads((Path(toy_run) / "report.json").read_text())
+    assert info["parameters"] == report["parameters"] and info["precision"] == "float32"
     assert info["checkpoint"]["run"] == str(Path(toy_run).resolve())
     assert info["checkpoint"]["checkpoint"] in ("best", "average")  # what the run chose
     has_study = (Path(toy_run) / "heads" / "importance.json").is_file()  # test_heads writes one

@@ -153,7 +153,7 @@ def test_toy_task_is_learned_through_the_script(toy_run):
     assert scores["sacrebleu"]["score"] >= 95.0 and "version:2." in scores["sacrebleu"]["signature"]
     model = load_run(toy_run, mx.cpu())[0]
     trainable = sum(int(p.data().size) for p in model.collect_params().values()
-                    if p.grad_req != "null")
+                    if p.grad_req != "null")  # the oracle of Transformer.count_parameters
     assert report["src_lang"] == "src" and report["parameters"] == trainable
     assert report["train_minutes"] > 0 and report["precision"]["requested"] == "float32"
     assert report["precision"]["used"] == "float32" and report["precision"]["reason"]

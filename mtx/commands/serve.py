@@ -1,7 +1,6 @@
 """scripts/serve.py: a trained run behind an HTTP API, with a page that shows every head's
 attention and switches heads off (`mtx.serving`; docs/serving.md). Serves until SIGTERM or
 Ctrl-C; needs the ``serve`` extra (FastAPI, uvicorn)."""
-import json
 import logging
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from omegaconf import OmegaConf
 from ..config import from_dict
 from ..devices import use_numpy_interface
 from ..errors import ConfigError
+from ..rundir import RunDir
 from .common import decoding_setup, hydra_command
 
 log = logging.getLogger("mtx.serve")
@@ -37,13 +37,10 @@ def check_address(cfg):
 
 def checkpoint_info(cfg):
     """/info's checkpoint: the run, the checkpoint asked for and, for auto, the one used."""
-    run = Path(cfg.ckpt).resolve()
-    info = {"run": str(run), "checkpoint": str(cfg.checkpoint)}
-    report = run / "report.json"
-    if report.is_file():
-        report = json.loads(report.read_text(encoding="utf-8"))
-        if cfg.checkpoint == "auto" and report.get("final", {}).get("checkpoint"):
-            info["checkpoint"] = report["final"]["checkpoint"]
+    run = RunDir(Path(cfg.ckpt).resolve())
+    info = {"run": str(run.path), "checkpoint": str(run.checkpoint_name(cfg.checkpoint))}
+    report = run.report()
+    if report:
         info["trained_precision"] = report.get("precision")
     return info
 

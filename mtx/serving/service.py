@@ -97,9 +97,8 @@ class Service:
 def describe(model, data_cfg, decode_cfg, limits, checkpoint, precision):
     """GET /info: languages, model size, heads per layer, checkpoint, precision, defaults."""
     cfg = model.cfg
-    parameters = sum(int(p.data().size) for p in model.collect_params().values())
     return {"source_language": data_cfg.src_lang, "target_language": data_cfg.tgt_lang,
-            "parameters": parameters, "model": dataclasses.asdict(cfg),
+            "parameters": model.count_parameters(), "model": dataclasses.asdict(cfg),
             "num_heads": cfg.num_heads,
             "layers": [{"row": layer.row, "name": layer.name, "kind": layer.kind,
                         "layer": layer.layer, "heads": cfg.heads_of(layer.row)}

@@ -8,7 +8,7 @@ from ..corpus import load_corpus, load_tokenizer, save_tokenizer, tokenizer_sha2
 from ..devices import resolve_device, seed_everything
 from ..errors import CheckpointError, DataError
 from ..evaluation import translate_and_score
-from ..files import atomic_write_text, read_json
+from ..files import atomic_write_text
 from ..multi30k import TEST_SETS, TEST_SPLIT, load_split
 from ..parallel import DataParallel
 from ..pictures import learning_curve
@@ -18,11 +18,6 @@ from .build import build_pieces
 from .loop import Fit
 
 log = logging.getLogger(__name__)
-
-
-def count_parameters(model):
-    """Trainable parameters (the positional table is a constant and not counted)."""
-    return sum(int(p.data().size) for p in model.collect_params().values() if p.grad_req != "null")
 
 
 def choose_final(fit):
@@ -104,7 +99,7 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1,
         log.warning("train.resume=true but %s has no checkpoint yet: a new run starts there "
                     "(check hydra.run.dir if you meant to continue another)", run.path)
     log.info("model: %s parameters; %d training pairs; devices %s; worker %d of %d",
-             f"{count_parameters(fit.model):,}", len(fit.train_src), ctxs, parallel.rank,
+             f"{fit.model.count_parameters():,}", len(fit.train_src), ctxs, parallel.rank,
              parallel.num_workers)
     steps_before = fit.state.step
     train_minutes = fit.run()
@@ -112,10 +107,10 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1,
              "digest %s", parallel.rank, parallel.num_workers, *fit_digests(fit))
     if not parallel.is_chief:
         return None
-    report = run.path / "report.json"
-    if restored and fit.state.step == steps_before and report.is_file():
+    report = run.report() if restored and fit.state.step == steps_before else None
+    if report:
         log.info("%s had finished: nothing left to train, its report.json is kept", run.path)
-        return read_json(report, CheckpointError, "report of the run")
+        return report
     return final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes,
                         data_dir)
 
@@ -155,7 +150,7 @@ def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_min
         atomic_write_text(run.path / f"{name}.hyp.{data_cfg.tgt_lang}",
                           "\n".join(hypotheses) + "\n")
     report = {"src_lang": data_cfg.src_lang, "tgt_lang": data_cfg.tgt_lang,
-              "data": data_cfg.name, "parameters": count_parameters(fit.model),
+              "data": data_cfg.name, "parameters": fit.model.count_parameters(),
               "model": dataclasses.asdict(model_cfg), "train_minutes": round(train_minutes, 2),
               "steps": fit.state.step, "epochs": fit.state.epoch, "final": final,
               "precision": fit.pieces.precision, "native_kernels": kernels.status(),
