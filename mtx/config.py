@@ -17,6 +17,18 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 
+def read_config(cls, path, what):
+    """``cls`` (e.g. ModelConfig) from the JSON file ``path`` a run wrote (``what``, e.g. "model
+    config"): missing, damaged or not such a config -> a one-line CheckpointError naming it."""
+    from .errors import CheckpointError
+    from .files import read_json
+    values = read_json(path, CheckpointError, f"{what} of the run")
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{path}: not a valid {what} ({err})") from None
+
+
 def from_dict(cls, values, section):
     """Build dataclass ``cls`` from a mapping. ConfigError names ``section.key`` for an unknown
     key, and for a value whose type does not fit the field's (int; float, which takes an int

@@ -4,6 +4,7 @@ import time
 
 from .bleu import chrf, sacre_bleu, tokenized_lowercased_bleu
 from .search import Translator
+from .vocab import output_subwords
 
 log = logging.getLogger(__name__)
 
@@ -18,9 +19,9 @@ def score_translations(hypotheses, references, tgt_lang):
 
 def translate_and_score(model, tokenizer, decode_cfg, ctx, sources, references, tgt_lang):
     """-> (hypotheses, scores); scores carry the decoding settings and the time it took."""
-    tic = time.time()
+    tic = time.perf_counter()
     hypotheses = Translator(model, tokenizer, decode_cfg, ctx).translate(sources)
-    seconds = time.time() - tic
+    seconds = time.perf_counter() - tic
     scores = score_translations(hypotheses, references, tgt_lang)
     scores.update(beam_size=decode_cfg.beam_size, length_penalty=decode_cfg.length_penalty,
                   decode_seconds=round(seconds, 2),
@@ -45,7 +46,7 @@ def translation_rounds(models, tokenizers, decode_cfg, ctx, sources, references,
                                                references, tgt_lang)
             timings[label]["seconds"].append(scores["decode_seconds"])
             timings[label]["sacrebleu"] = scores["sacrebleu"]
-            timings[label]["subwords"] = sum(len(ids) + 1 for ids in tokenizers[label].encode(hyps))
+            timings[label]["subwords"] = output_subwords(tokenizers[label], hyps)
             log.info("%s: %.2f s, sacreBLEU %.2f", label, scores["decode_seconds"],
                      scores["sacrebleu"]["score"])
     for timing in timings.values():

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from .checkpoints import RESUME_HINT, CheckpointStore, config_digest
-from .config import PRECISIONS, DataConfig, ModelConfig
+from .config import PRECISIONS, DataConfig, ModelConfig, read_config
 from .errors import CheckpointError
 from .files import append_line, atomic_write_json, atomic_write_text, read_json, read_json_lines
 from .tensorboard import EventLog
@@ -89,21 +89,12 @@ class RunDir(CheckpointStore):
                 if precision in PRECISIONS else None)
 
     def model_config(self):
-        values = read_json(self.path / "model.json", CheckpointError, "model config of the run")
-        try:
-            return ModelConfig(**values)
-        except (ValueError, TypeError) as err:
-            raise CheckpointError(f"{self.path / 'model.json'}: not a valid model config "
-                                  f"({err})") from None
+        return read_config(ModelConfig, self.path / "model.json", "model config")
 
     def data_config(self):
+        """The run's DataConfig, or None for a run without data.json."""
         path = self.path / "data.json"
-        if not path.is_file():
-            return None
-        try:
-            return DataConfig(**read_json(path, CheckpointError, "data config of the run"))
-        except (ValueError, TypeError) as err:
-            raise CheckpointError(f"{path}: not a valid data config ({err})") from None
+        return read_config(DataConfig, path, "data config") if path.is_file() else None
 
     def train_config(self):
         """The resolved config the run was started with (an OmegaConf DictConfig)."""

@@ -12,6 +12,12 @@ SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 
 
 
+def output_subwords(tokenizer, lines):
+    """The subwords of ``lines`` plus one EOS each: the decoding steps that wrote them (a model
+    that writes longer translations does more steps)."""
+    return sum(len(ids) + 1 for ids in tokenizer.encode(lines))
+
+
 class SentencePieceTokenizer:
     """Text <-> subword ids with a joint SentencePiece model (ids: pad 0, unk 1, bos 2, eos 3)."""
 

@@ -2,6 +2,7 @@
 the training batches and the decoding batches. Every implementation gets the same ones."""
 import dataclasses
 import os
+from pathlib import Path
 
 import numpy as onp
 from omegaconf import OmegaConf
@@ -88,17 +89,26 @@ def decode_batches(corpus, max_sentences=None, batch_size=DECODE_BATCH):
     return batches
 
 
-def test_text(data_cfg, max_sentences=None):
-    """(source lines, reference lines) of the test split for a trained run's data config."""
-    from ..multi30k import load_multi30k
+def run_seed(run_dir):
+    """The seed a trained run was made with (its config.yaml; CORPUS_SEED without one): a toy
+    run's test split is drawn with it."""
+    config = Path(run_dir) / "config.yaml"
+    return OmegaConf.load(config).get("seed", CORPUS_SEED) if config.is_file() else CORPUS_SEED
+
+
+def test_text(data_cfg, max_sentences=None, seed=CORPUS_SEED):
+    """(source lines, reference lines) of the test split for a trained run's data config (a
+    toy run's: drawn with ``seed``, the run's `run_seed`). Multi30k from MTX_MULTI30K_DIR when
+    set (the copy on this machine), else from the run's data.raw_dir, else downloaded."""
+    from ..multi30k import load_split
     from ..toy import make_toy
     if data_cfg.name == "toy":
-        text = make_toy(data_cfg.task, data_cfg.num_symbols, data_cfg.min_len,
-                        data_cfg.max_toy_len, data_cfg.sizes, CORPUS_SEED)
+        src, ref = make_toy(data_cfg.task, data_cfg.num_symbols, data_cfg.min_len,
+                            data_cfg.max_toy_len, data_cfg.sizes, seed)[TEST_SPLIT]
     else:
         raw_dir = os.environ.get("MTX_MULTI30K_DIR") or data_cfg.raw_dir
-        text = load_multi30k(data_cfg.src_lang, data_cfg.tgt_lang, raw_dir, data_dir())
-    src, ref = text[TEST_SPLIT]
+        src, ref = load_split(TEST_SPLIT, data_cfg.src_lang, data_cfg.tgt_lang, raw_dir,
+                              data_dir())
     return src[:max_sentences], ref[:max_sentences]
 
 

@@ -171,13 +171,14 @@ class ServerProcess:
 
 def measure_serve(args):
     """The whole measurement -> (report, table)."""
-    from .inputs import test_text
+    from .inputs import run_seed, test_text
     from .machine import describe
     from ..rundir import RunDir
     clients = [int(n) for n in args.clients.split(",") if n]
     if not clients or min(clients) < 1:
         raise ConfigError(f"--clients {args.clients}: give client counts such as 1,4,16")
-    sentences = test_text(RunDir(args.run).data_config(), args.max_sentences)[0]
+    sentences = test_text(RunDir(args.run).data_config(), args.max_sentences,
+                          run_seed(args.run))[0]
     report = {"machine": describe(), "run": str(args.run), "beam": args.beam,
               "seconds": args.seconds, "sentences": len(sentences),
               "one_at_a_time": one_at_a_time(args.run, sentences, args.beam, args.seconds)}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as onp
 
+from ..vocab import output_subwords
 from . import inputs
 from .flops import decode_step_parts, step_products, train_flops
 from .impls import greedy_decoder, precision_of, run_translators, training_step
@@ -199,7 +200,7 @@ def measure_translate(run_dir, beam, max_sentences=None, profile=False):
     from ..rundir import load_run
     model, tokenizer, data_cfg = load_run(run_dir, mx.cpu())
     model.hybridize(static_alloc=True)
-    src, ref = inputs.test_text(data_cfg, max_sentences)
+    src, ref = inputs.test_text(data_cfg, max_sentences, inputs.run_seed(run_dir))
     cfg = inputs.decode_config(beam)
     warm = slice(TRANSLATE_WARMUP_SENTENCES)
     translate_and_score(model, tokenizer, cfg, mx.cpu(), src[warm], ref[warm], data_cfg.tgt_lang)
@@ -211,7 +212,7 @@ def measure_translate(run_dir, beam, max_sentences=None, profile=False):
         (hyps, scores), _, operators = profiled(translate)
     else:
         hyps, scores = translate()
-    tokens = sum(len(t) for t in tokenizer.encode(hyps)) + len(hyps)  # + EOS each
+    tokens = output_subwords(tokenizer, hyps)
     result = {"sent_s": scores["sentences_per_second"], "seconds": scores["decode_seconds"],
               "tok_s": round(tokens / scores["decode_seconds"], 1),
               "sacrebleu": scores["sacrebleu"], "precision": "float32", "kernels": kernel_status()}
@@ -228,7 +229,7 @@ def timed_translation(translator, tokenizer, src, ref):
     tic = time.perf_counter()
     hyps = translator.translate(src)
     seconds = time.perf_counter() - tic
-    subwords = sum(len(ids) + 1 for ids in tokenizer.encode(hyps))
+    subwords = output_subwords(tokenizer, hyps)
     return {"seconds": round(seconds, 2), "sent_s": round(len(src) / seconds, 1),
             "subwords_s": round(subwords / seconds, 1),
             "sacrebleu": round(sacre_bleu(hyps, ref)["score"], 2)}
@@ -238,13 +239,11 @@ def measure_run_decode(name, run_dir, max_sentences=None):
     """Implementation ``name`` translating trained run ``run_dir``'s test split with the run's
     weights: beam 5 (conf/decode/beam.yaml) and greedy (conf/decode/greedy.yaml), the same
     sentences and threads for every implementation -> (result, the run's ModelConfig)."""
-    from ..config import DataConfig, ModelConfig
-    from ..errors import CheckpointError
-    from ..files import read_json
-    run_dir = Path(run_dir)
-    model_cfg = ModelConfig(**read_json(run_dir / "model.json", CheckpointError, "model config"))
-    data_cfg = DataConfig(**read_json(run_dir / "data.json", CheckpointError, "data config"))
-    src, ref = inputs.test_text(data_cfg, max_sentences)
+    from ..config import DataConfig, ModelConfig, read_config
+    run_dir = Path(run_dir)  # read without mtx.rundir: a CTranslate2 process imports no MXNet
+    model_cfg = read_config(ModelConfig, run_dir / "model.json", "model config")
+    data_cfg = read_config(DataConfig, run_dir / "data.json", "data config")
+    src, ref = inputs.test_text(data_cfg, max_sentences, inputs.run_seed(run_dir))
     result = {}
     with tempfile.TemporaryDirectory(prefix="mtx-bench-run-") as tmp:
         make, tokenizer = run_translators(name, run_dir, tmp)
