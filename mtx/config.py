@@ -293,3 +293,7 @@ class DecodeConfig:
             raise ConfigError(f"decode.beam_size={self.beam_size} must be at least 1")
         if not 1 <= self.nbest <= self.beam_size:
             raise ConfigError(f"decode.nbest={self.nbest} must be between 1 and decode.beam_size")
+        if self.max_len_a < 0 or self.max_len_b < 0 or self.max_len_a == self.max_len_b == 0:
+            raise ConfigError(f"decode.max_len_a={self.max_len_a}, decode.max_len_b="
+                              f"{self.max_len_b}: the output limit a * source length + b needs "
+                              f"a, b >= 0 and one of them > 0")

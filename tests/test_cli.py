@@ -129,6 +129,8 @@ def test_typed_values_are_checked(cls, key, value, expected):
     (DecodeConfig, {"beam_size": 0}, "decode.beam_size=0 must be at least 1"),
     (DecodeConfig, {"beam_size": 2, "nbest": 3}, "decode.nbest=3 must be between 1 and "
                                                  "decode.beam_size"),
+    (DecodeConfig, {"max_len_a": 0, "max_len_b": 0}, "needs a, b >= 0 and one of them > 0"),
+    (DecodeConfig, {"max_len_b": -1}, "decode.max_len_b=-1: the output limit"),
 ])
 def test_values_that_cannot_work_are_refused_before_any_work(cls, values, expected):
     section = {TrainConfig: "train", DataConfig: "data", ModelConfig: "model",
