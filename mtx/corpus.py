@@ -11,7 +11,14 @@ from .multi30k import load_multi30k
 from .toy import make_toy, toy_symbols
 from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer, train_sentencepiece
 
-TOKENIZER_FILES = ("spm.model", "toy_symbols.json")
+SPM_FILE, TOY_SYMBOLS_FILE = "spm.model", "toy_symbols.json"
+TOKENIZER_FILES = (SPM_FILE, TOY_SYMBOLS_FILE)  # a run directory holds one of them
+
+
+def tokenizer_file(run_dir):
+    """The path of the run's tokenizer (one of TOKENIZER_FILES), or None."""
+    return next((Path(run_dir) / name for name in TOKENIZER_FILES
+                 if (Path(run_dir) / name).is_file()), None)
 
 
 @dataclass
@@ -54,16 +61,16 @@ def save_tokenizer(tokenizer, run_dir):
     """Keep the run's tokenizer next to its checkpoints (atomically)."""
     run_dir = Path(run_dir)
     if isinstance(tokenizer, SentencePieceTokenizer):
-        atomic_copy(tokenizer.model_path, run_dir / "spm.model")
+        atomic_copy(tokenizer.model_path, run_dir / SPM_FILE)
     else:
-        atomic_write_text(run_dir / "toy_symbols.json", json.dumps(tokenizer.symbols[4:]))
+        atomic_write_text(run_dir / TOY_SYMBOLS_FILE, json.dumps(tokenizer.symbols[4:]))
 
 
 def load_tokenizer(run_dir):
-    run_dir = Path(run_dir)
-    if (run_dir / "spm.model").is_file():
-        return SentencePieceTokenizer(run_dir / "spm.model")
-    if (run_dir / "toy_symbols.json").is_file():
-        return WordTokenizer(read_json(run_dir / "toy_symbols.json", TokenizerError, "toy vocabulary"))
-    raise TokenizerError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
-                            f"is it a training run directory?")
+    path = tokenizer_file(run_dir)
+    if path is None:
+        raise TokenizerError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
+                             f"is it a training run directory?")
+    if path.name == SPM_FILE:
+        return SentencePieceTokenizer(path)
+    return WordTokenizer(read_json(path, TokenizerError, "toy vocabulary"))

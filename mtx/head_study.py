@@ -7,6 +7,7 @@ from mxnet import np
 
 from . import heads
 from .bleu import sacre_bleu
+from .corpus import TOKENIZER_FILES
 from .files import atomic_copy
 from .config import ConfigError, DecodeConfig
 from .rundir import RunDir
@@ -83,7 +84,7 @@ def save_pruned_run(pruned, run_dir, out_dir, meta):
     """A run directory for the pruned model that scripts/translate.py loads like any other."""
     source, pruned_run = RunDir(run_dir), RunDir(out_dir)
     pruned_run.checkpoints.mkdir(parents=True, exist_ok=True)
-    for name in ("spm.model", "toy_symbols.json", "data.json"):
+    for name in (*TOKENIZER_FILES, "data.json"):
         if (source.path / name).is_file():
             atomic_copy(source.path / name, pruned_run.path / name)
     pruned_run.write_json("model.json", dataclasses.asdict(pruned.cfg))

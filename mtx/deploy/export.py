@@ -35,14 +35,14 @@ from pathlib import Path
 
 import numpy as onp
 
+from ..corpus import TOKENIZER_FILES, tokenizer_file
 from ..errors import CheckpointError, ConfigError, FileWriteError
-from ..files import atomic_write_json
+from ..files import atomic_write_json, sha256_of
 from ..vocab import SPECIALS
 from . import EXPORT_INFO, require
 
 QUANTIZATIONS = ("float32", "int8", "int16")  # stored weights CTranslate2 runs on a CPU
 LAYER_NORM_EPSILON = 1e-5                     # Gluon's LayerNorm default, which mtx keeps
-TOKENIZER_FILES = ("spm.model", "toy_symbols.json")
 
 
 def _array(param):
@@ -239,8 +239,8 @@ def export_run(run_dir, output, quantization="float32", checkpoint="auto"):
     _prepare_output(output)
     model, _, data_cfg = load_run(run_dir, mx.cpu(), checkpoint)
     run_dir = Path(run_dir).resolve()
-    tokenizer_file = next((run_dir / n for n in TOKENIZER_FILES if (run_dir / n).is_file()), None)
-    if tokenizer_file is None:
+    tokenizer = tokenizer_file(run_dir)
+    if tokenizer is None:
         raise CheckpointError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)})")
     source = {"run": str(run_dir), "checkpoint": str(checkpoint),
               "data": None if data_cfg is None else {"name": data_cfg.name,
@@ -248,6 +248,6 @@ def export_run(run_dir, output, quantization="float32", checkpoint="auto"):
                                                      "tgt_lang": data_cfg.tgt_lang}}
     run_json = run_dir / "run.json"
     if run_json.is_file():
-        source["run_identity_sha256"] = hashlib.sha256(run_json.read_bytes()).hexdigest()
-    return export(model, tokenizer_file, output, quantization, source)
+        source["run_identity_sha256"] = sha256_of(run_json)
+    return export(model, tokenizer, output, quantization, source)
 

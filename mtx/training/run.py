@@ -4,7 +4,8 @@ import dataclasses
 import logging
 
 from .. import faults, kernels
-from ..corpus import load_corpus, load_tokenizer, save_tokenizer, tokenizer_sha256
+from ..corpus import (load_corpus, load_tokenizer, save_tokenizer, tokenizer_file,
+                      tokenizer_sha256)
 from ..devices import resolve_device, seed_everything
 from ..errors import CheckpointError, DataError
 from ..evaluation import translate_and_score
@@ -52,8 +53,7 @@ def quiet_log_files():
 def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is_chief):
     """The corpus and the model config with its vocabulary size. A resumed run uses its own
     tokenizer and is checked against the run directory before anything in it is written."""
-    resuming = train_cfg.resume and any((run.path / n).is_file()
-                                        for n in ("spm.model", "toy_symbols.json"))
+    resuming = train_cfg.resume and tokenizer_file(run.path) is not None
     if not train_cfg.resume and run.manifests():
         raise CheckpointError(f"{run.path} already holds a run; continue it with "
                               f"train.resume=true or choose a new hydra.run.dir")
