@@ -116,13 +116,12 @@ def gate_training_plot(history, layer_names, heads_per_layer, path):
     plt.close(fig)
 
 
-def learning_curve(metrics_path, path):
-    """Train/val loss and val BLEU per epoch from a run's metrics.jsonl, against wall minutes."""
-    import json
+def learning_curve(records, path):
+    """Train/val loss and val BLEU per epoch (a run's metrics.jsonl records, `RunDir.metrics`),
+    against wall minutes."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines()]
     minutes = [r["wall_minutes"] for r in records]
     fig, (loss_ax, bleu_ax) = plt.subplots(1, 2, figsize=(9, 3.4))
     loss_ax.plot(minutes, [r["train/loss"] for r in records], marker="o", ms=3, label="train")

@@ -9,14 +9,14 @@ same seed and reads the job's target tokens/s from the run's metrics.jsonl (toke
 job, all workers together, over the epoch's wall time, warm-up included).
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from mtx.files import atomic_write_json
+from mtx.errors import DataError
+from mtx.files import atomic_write_json, read_json_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -52,7 +52,7 @@ def main():
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"error: {name} failed:\n{done.stderr[-2000:]}")
-        record = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+        record = read_json_lines(run_dir / "metrics.jsonl", DataError)[0]
         rows.append({"setting": name, "omp_threads_per_process": int(threads),
                      "steps": record["step"], "train_tok_s": record["train/tok_s"],
                      "command_seconds": round(time.time() - tic, 1)})

@@ -157,8 +157,9 @@ def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_min
               "devices": [str(c) for c in fit.pieces.ctxs], "workers": fit.parallel.num_workers,
               "scores": scores}
     run.write_json("report.json", report)
-    if run.metrics():
-        learning_curve(run.path / "metrics.jsonl", run.path / "learning_curve.png")
+    records = run.metrics()
+    if records:
+        learning_curve(records, run.path / "learning_curve.png")
     return report
 
 
