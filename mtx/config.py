@@ -288,6 +288,11 @@ class DecodeConfig:
     nbest: int = 1
     batch_tokens: int = 4096
 
+    def greedy(self):
+        """This config searching greedily (beam 1, no length penalty, one output): what
+        validation BLEU and the head study's BLEU use, with the same output limits and batches."""
+        return dataclasses.replace(self, beam_size=1, length_penalty=0.0, nbest=1)
+
     def __post_init__(self):
         if self.beam_size < 1:
             raise ConfigError(f"decode.beam_size={self.beam_size} must be at least 1")

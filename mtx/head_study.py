@@ -9,25 +9,25 @@ from . import heads
 from .bleu import sacre_bleu
 from .corpus import TOKENIZER_FILES
 from .files import atomic_copy
-from .config import ConfigError, DecodeConfig
+from .config import ConfigError
 from .rundir import RunDir
 from .search import Translator
 
 log = logging.getLogger(__name__)
-GREEDY = DecodeConfig(beam_size=1, length_penalty=0.0)
 
 
 class GatedScorer:
-    """BLEU (greedy) of a split with a given (A, H) 0/1 gate array."""
+    """BLEU (greedy: ``decode_cfg.greedy()``) of a split with a given (A, H) 0/1 gate array."""
 
-    def __init__(self, model, tokenizer, sources, references, ctx):
+    def __init__(self, model, tokenizer, sources, references, ctx, decode_cfg):
         self.model, self.tokenizer, self.ctx = model, tokenizer, ctx
+        self.greedy = decode_cfg.greedy()
         self.sources, self.references = sources, references
         self.calls = 0
 
     def __call__(self, gates):
         self.calls += 1
-        translator = Translator(self.model, self.tokenizer, GREEDY, self.ctx,
+        translator = Translator(self.model, self.tokenizer, self.greedy, self.ctx,
                                 head_gates=np.array(gates, ctx=self.ctx))
         return sacre_bleu(translator.translate(self.sources), self.references)["score"]
 

@@ -6,7 +6,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mtx.commands.common import typed
-from mtx.config import ConfigError, ModelConfig
+from mtx.config import ConfigError, DecodeConfig, ModelConfig
 from tests.conftest import ROOT, run_script
 
 CONF = ROOT / "conf"
@@ -81,3 +81,13 @@ def test_unknown_key_is_refused_without_traceback(tmp_path):
     done = run_script("train", "model.num_layer=6", f"hydra.run.dir={tmp_path}")
     err = done.stderr.decode()
     assert done.returncode != 0 and "num_layer" in err and "Traceback" not in err
+
+
+def test_greedy_is_the_beam_config_with_one_hypothesis():
+    """Validation BLEU and the head study decode with `DecodeConfig.greedy()`: the same limits
+    and batches as the config it comes from; conf/decode/greedy.yaml is the beam config's."""
+    beam = DecodeConfig(beam_size=5, length_penalty=1.5, nbest=3, max_len_a=2.0, batch_tokens=100)
+    assert beam.greedy() == DecodeConfig(beam_size=1, length_penalty=0.0, nbest=1, max_len_a=2.0,
+                                         batch_tokens=100)
+    from_beam = typed(_compose("translate", ["decode=beam"]), "decode").greedy()
+    assert from_beam == typed(_compose("translate", ["decode=greedy"]), "decode")

@@ -111,7 +111,7 @@ def score_heads(cfg, s):
     split, n = cfg.importance_split, cfg.max_sentences
     sources, references = (x[:n] for x in s.corpus.text[split])
     src_ids, tgt_ids = (ids[:n] for ids in s.corpus.ids[split])
-    scorer = GatedScorer(s.model, s.tokenizer, sources, references, s.ctx)
+    scorer = GatedScorer(s.model, s.tokenizer, sources, references, s.ctx, s.decode_cfg)
     scores = importance_scores(s.model, s.corpus, split, n, scorer, s.ctx, cfg.leave_one_out)
     names = heads.layer_names(s.model.cfg)
     atomic_write_json(s.out / "importance.json", {"layers": names, **scores})

@@ -9,7 +9,6 @@ from mxnet import autograd
 from .. import faults
 from ..batching import bucket_batches
 from ..bleu import sacre_bleu
-from ..config import DecodeConfig
 from ..devices import to_device
 from ..errors import TrainingError
 from ..optimizer import gradient_scale
@@ -66,8 +65,7 @@ def evaluate(pieces, corpus, split, train_cfg, decode_cfg):
                                                   shuffle=False, seed=0))
     if not train_cfg.eval_bleu:
         return loss, None
-    greedy = DecodeConfig(beam_size=1, length_penalty=0.0, batch_tokens=decode_cfg.batch_tokens)
-    translator = Translator(pieces.model, corpus.tokenizer, greedy, pieces.ctxs[0])
+    translator = Translator(pieces.model, corpus.tokenizer, decode_cfg.greedy(), pieces.ctxs[0])
     return loss, sacre_bleu(translator.translate(corpus.text[split][0]), corpus.text[split][1])
 
 
