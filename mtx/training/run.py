@@ -17,6 +17,7 @@ from ..precision import choose_precision
 from ..rundir import RunDir, run_identity
 from .build import build_pieces
 from .loop import Fit
+from .state import validation_score
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +28,12 @@ def choose_final(fit):
     run, ctxs = fit.run_dir, fit.pieces.ctxs
     run.load(run.verify("best", fit.model.cfg), fit.model, ctxs)
     best_loss, best_bleu = fit.evaluate("val")
-    best = best_bleu["score"] if best_bleu else -best_loss
+    best = validation_score(best_loss, best_bleu)
     last = run.epoch_names()[-fit.train_cfg.average_last:]
     if fit.train_cfg.average_last > 1 and len(last) > 1:
         run.average(fit.model, last, ctxs)
         avg_loss, avg_bleu = fit.evaluate("val")
-        average = avg_bleu["score"] if avg_bleu else -avg_loss
+        average = validation_score(avg_loss, avg_bleu)
         log.info("validation score: best epoch %s, average of the last %d %s", best, len(last),
                  average)
         if average >= best:

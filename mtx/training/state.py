@@ -21,6 +21,12 @@ def position_seed(seed, epoch, batch_in_epoch):
     return (epoch_seed(seed, epoch) * 1_000_003 + batch_in_epoch) % 2 ** 31
 
 
+def validation_score(val_loss, bleu):
+    """What picks the best epoch and the final checkpoint (higher is better): the val BLEU, or
+    the negative val loss when BLEU is off (`train.eval_bleu=false`)."""
+    return bleu["score"] if bleu else -val_loss
+
+
 @dataclass
 class TrainState:
     step: int = 0                   # updates done
@@ -51,7 +57,7 @@ class TrainState:
     def end_epoch(self, val_loss, bleu, minutes):
         """Score the finished epoch (val BLEU, or -val loss without BLEU: higher is better) ->
         (its metrics record, whether it is the best so far)."""
-        score = bleu["score"] if bleu else -val_loss
+        score = validation_score(val_loss, bleu)
         improved = self.best_score is None or score > self.best_score
         self.best_score = score if improved else self.best_score
         self.stale_epochs = 0 if improved else self.stale_epochs + 1
