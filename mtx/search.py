@@ -12,7 +12,7 @@ from mxnet import np, npx
 from . import ops
 from .batching import MAX_TRANSLATION_ROWS, length_groups
 from .lines import LineTranslator
-from .vocab import BOS, EOS, PAD
+from .vocab import BOS, EOS, PAD, SPECIALS
 
 NEG_INF = -1e30
 
@@ -141,17 +141,32 @@ def greedy_search(model, src_tokens, src_valid_len, max_len_a=1.5, max_len_b=10,
                                                 max_len_a, max_len_b, 1, head_gates)]
 
 
+def attention_of(model, src_ids, out_ids, ctx, head_gates=None):
+    """Every layer's attention in a teacher-forced pass of one sentence and its translation:
+    source ids and output ids (no EOS) -> one host array (H, Tq, Tk) per attention layer in
+    `ModelConfig.attention_layers` order; source positions are src_ids + EOS, target positions
+    BOS + out_ids (the position each output token is predicted from)."""
+    src = np.array([src_ids + [EOS]], dtype="int32", ctx=ctx)  # (1, S)
+    src_len = np.array([len(src_ids) + 1], dtype="int32", ctx=ctx)  # (1,)
+    tgt_in = np.array([[BOS] + out_ids], dtype="int32", ctx=ctx)  # (1, T)
+    weights = model.attention_weights(src, src_len, tgt_in, head_gates)  # (1*H, Tq, Tk) each
+    return [w.asnumpy() for w in weights]
+
+
+def attention_axes(tokenizer, src_ids, out_ids):
+    """The labels of `attention_of`'s key and query axes: (source pieces + '</s>', '<s>' +
+    output pieces)."""
+    return (tokenizer.pieces(src_ids) + [SPECIALS[EOS]],
+            [SPECIALS[BOS]] + tokenizer.pieces(out_ids))
+
+
 def greedy_attention(model, src_ids, ctx, head_gates=None):
     """One sentence translated greedily, with the attention of every layer over it: source ids
-    (no EOS) -> (src_ids, output ids (no EOS), weights). ``weights`` holds one host array
-    (H, Tq, Tk) per attention layer in `ModelConfig.attention_layers` order, from a
-    teacher-forced pass: source positions are src_ids + EOS, target positions BOS + output."""
+    (no EOS) -> (src_ids, output ids (no EOS), `attention_of` weights)."""
     src = np.array([src_ids + [EOS]], dtype="int32", ctx=ctx)  # (1, S)
     src_len = np.array([len(src_ids) + 1], dtype="int32", ctx=ctx)  # (1,)
     out_ids = greedy_search(model, src, src_len, head_gates=head_gates)[0]
-    tgt_in = np.array([[BOS] + out_ids], dtype="int32", ctx=ctx)  # (1, T)
-    weights = model.attention_weights(src, src_len, tgt_in, head_gates)  # (1*H, Tq, Tk) each
-    return src_ids, out_ids, [w.asnumpy() for w in weights]
+    return src_ids, out_ids, attention_of(model, src_ids, out_ids, ctx, head_gates)
 
 
 class Translator(LineTranslator):

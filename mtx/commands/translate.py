@@ -62,35 +62,37 @@ def open_output(path):
                              f"writable directory") from None
 
 
-def attention_png(cfg, model, tokenizer, ctx):
-    """attention_png=DIR: heatmaps of the first input line's attention, written into DIR."""
+def attention_png(cfg, translator):
+    """attention_png=DIR: heatmaps of the attention over the first input line and its best
+    translation (as decode.* found it, cut like the translation), written into DIR."""
     from ..pictures import attention_pictures
-    from ..search import greedy_attention
+    from ..search import attention_axes, attention_of
     with open(cfg.input, encoding="utf-8", errors="replace") as f:
         line = f.readline().strip()
-    src_ids, out_ids, weights = greedy_attention(model, tokenizer.encode([line])[0], ctx)
-    attention_pictures(weights, model.cfg.attention_layers(), tokenizer.pieces(src_ids) + ["</s>"],
-                       ["<s>"] + tokenizer.pieces(out_ids), cfg.attention_png)
+    src_ids = translator.tokenizer.encode([line])[0][:translator.max_src_len]
+    out_ids = translator.translate_ids([src_ids])[0][0][0]
+    weights = attention_of(translator.model, src_ids, out_ids, translator.ctx)
+    attention_pictures(weights, translator.model.cfg.attention_layers(),
+                       *attention_axes(translator.tokenizer, src_ids, out_ids), cfg.attention_png)
 
 
 def make_translator(cfg):
     """The translator of ``backend=`` (auto: CTranslate2 for an mtx-export directory, mtx's own
-    decoder for a training run) -> (translator, DecodeConfig, what attention_png draws with:
-    (model, tokenizer, device), or None for CTranslate2)."""
+    decoder for a training run) -> (translator, DecodeConfig)."""
     from ..deploy import backend_of
     if backend_of(cfg) == "ctranslate2":
         from ..deploy.backend import translator_for
         decode_cfg = typed(cfg, "decode")
-        return translator_for(cfg, decode_cfg), decode_cfg, None
+        return translator_for(cfg, decode_cfg), decode_cfg
     decode_cfg, ctx, model, tokenizer, _ = decoding_setup(cfg)
-    return Translator(model, tokenizer, decode_cfg, ctx), decode_cfg, (model, tokenizer, ctx)
+    return Translator(model, tokenizer, decode_cfg, ctx), decode_cfg
 
 
 def translate(cfg):
     """Translate ``cfg.input`` (or stdin) into ``cfg.output`` (or stdout)."""
     use_numpy_interface()
     check_paths(cfg)
-    translator, decode_cfg, drawing = make_translator(cfg)
+    translator, decode_cfg = make_translator(cfg)
     log.info("translating %s with %s", cfg.input or "standard input, line by line", cfg.ckpt)
     chunks = file_chunks(cfg.input) if cfg.input else stream_chunks(sys.stdin.fileno())
     out = open_output(cfg.output)
@@ -103,7 +105,7 @@ def translate(cfg):
                           else nbest[0][0] + "\n")
             out.flush()
         if cfg.attention_png:
-            attention_png(cfg, *drawing)
+            attention_png(cfg, translator)  # an mtx Translator: check_attention_png
     finally:
         if out is not sys.stdout:
             out.close()

@@ -11,8 +11,8 @@ from typing import NamedTuple, Optional, Tuple
 
 from mxnet import np
 
-from ..search import Translator
-from ..vocab import BOS, EOS
+from ..search import Translator, attention_axes, attention_of
+from ..vocab import EOS
 
 TRANSLATE, ATTENTION = "translate", "attention"
 WEIGHT_DECIMALS = 3  # attention weights sent to the page: enough for a heatmap, 3x smaller JSON
@@ -53,18 +53,15 @@ class Engine:
         teacher-forced pass of that translation: source axis = its pieces + '</s>', target axis
         = '<s>' + the translation's pieces (the position each output token is predicted from)."""
         out_ids, score = self._search(settings._replace(nbest=1), [src_ids])[0][0]
-        src = np.array([src_ids + [EOS]], dtype="int32", ctx=self.ctx)  # (1, S)
-        src_len = np.array([len(src_ids) + 1], dtype="int32", ctx=self.ctx)  # (1,)
-        tgt_in = np.array([[BOS] + out_ids], dtype="int32", ctx=self.ctx)  # (1, T)
-        weights = self.model.attention_weights(src, src_len, tgt_in, self._gates(settings))
+        weights = attention_of(self.model, src_ids, out_ids, self.ctx, self._gates(settings))
         layers = []
-        for layer, w in zip(self.model.cfg.attention_layers(), weights):  # (1*H_a, Tq, Tk)
+        for layer, w in zip(self.model.cfg.attention_layers(), weights):  # (H_a, Tq, Tk)
             layers.append({"row": layer.row, "name": layer.name, "kind": layer.kind,
                            "layer": layer.layer, "queries": layer.queries, "keys": layer.keys,
-                           "weights": w.asnumpy().round(WEIGHT_DECIMALS).tolist()})
+                           "weights": w.round(WEIGHT_DECIMALS).tolist()})
+        source, target = attention_axes(self.tokenizer, src_ids, out_ids)
         return {"translation": self.tokenizer.decode([out_ids])[0], "score": score,
-                "source": self.tokenizer.pieces(src_ids) + ["</s>"],
-                "target": ["<s>"] + self.tokenizer.pieces(out_ids), "layers": layers}
+                "source": source, "target": target, "layers": layers}
 
     def warm_up(self):
         """Trace the graphs once (the first calls are slow), greedy and with the default beam."""
