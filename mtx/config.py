@@ -118,6 +118,12 @@ class ModelConfig:
                               f"the model has {self.num_attention_layers} attention layers")
 
     @property
+    def max_src_len(self):
+        """The longest source in subwords: the positions less the source's EOS (and the most
+        output subwords, less the target's BOS)."""
+        return self.max_len - 1
+
+    @property
     def head_dim(self):
         return self.num_hiddens // self.num_heads
 

@@ -54,7 +54,7 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
     B, K = src_tokens.shape[0], beam_size
     ctx = src_tokens.ctx
     limits, steps = _max_steps(src_valid_len.asnumpy(), max_len_a, max_len_b,
-                               model.cfg.max_len - 1)
+                               model.cfg.max_src_len)
     steps = max(steps, 1)  # a limit of 0 still takes the step that forces EOS
     state = model.init_state(src_tokens, src_valid_len, head_gates, beam_size=K)
     alive = onp.arange(B)  # the sentence of each group of K rows
@@ -176,7 +176,7 @@ class Translator(LineTranslator):
     def __init__(self, model, tokenizer, decode_cfg, ctx, head_gates=None):
         self.model, self.tokenizer, self.cfg, self.ctx = model, tokenizer, decode_cfg, ctx
         self.head_gates = head_gates
-        self.max_src_len = model.cfg.max_len - 1
+        self.max_src_len = model.cfg.max_src_len
 
     def translate_ids(self, src_ids):
         """Lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of them)."""

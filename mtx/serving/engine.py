@@ -31,7 +31,7 @@ class Engine:
 
     def __init__(self, model, tokenizer, ctx, decode_cfg):
         self.model, self.tokenizer, self.ctx, self.decode_cfg = model, tokenizer, ctx, decode_cfg
-        self.max_src_len = model.cfg.max_len - 1  # positions, less the source EOS
+        self.max_src_len = model.cfg.max_src_len
 
     def encode(self, lines):
         """Lines -> lists of source ids (no EOS)."""

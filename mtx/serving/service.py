@@ -106,7 +106,7 @@ def describe(model, data_cfg, decode_cfg, limits, checkpoint, precision):
             "checkpoint": checkpoint, "precision": precision,
             "decode": {"beam_size": decode_cfg.beam_size,
                        "length_penalty": decode_cfg.length_penalty, "nbest": decode_cfg.nbest},
-            "limits": dataclasses.asdict(limits), "max_sentence_subwords": cfg.max_len - 1}
+            "limits": dataclasses.asdict(limits), "max_sentence_subwords": cfg.max_src_len}
 
 
 def build_service(model, tokenizer, ctx, decode_cfg, data_cfg, limits, batching, run_dir,
