@@ -19,7 +19,7 @@ import numpy as onp
 from mxnet import autograd, np
 
 from .batching import bucket_batches
-from .loss import LabelSmoothedCrossEntropy
+from .loss import LabelSmoothedCrossEntropy, mean_nll
 from .model import Transformer
 from .devices import to_device
 
@@ -94,13 +94,9 @@ def gated_loss(model, src_ids, tgt_ids, ctx):
     loss_fn = LabelSmoothedCrossEntropy(model.cfg.vocab_size, 0.0)
     loss_fn.initialize(ctx=ctx)
     batches = [(to_device(b, ctx), b.num_tgt_tokens) for b in _batches(src_ids, tgt_ids)]
-    tokens = sum(n for _, n in batches)
 
     def loss(gates):
-        gates = np.array(gates, dtype="float32", ctx=ctx)
-        total = sum(loss_fn(model(src, src_len, tgt_in, gates), tgt_out, tgt_len)[1]
-                    for (src, src_len, tgt_in, tgt_out, tgt_len), _ in batches)
-        return float(total) / tokens
+        return mean_nll(model, loss_fn, batches, np.array(gates, dtype="float32", ctx=ctx))
     return loss
 
 

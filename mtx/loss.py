@@ -44,3 +44,14 @@ class LabelSmoothedCrossEntropy(HybridBlock):
         lengths = F.npx.reshape(tgt_valid_len, (-2, 1)).astype("float32")  # (B, 1)
         mask = (steps < lengths).astype("float32")  # (B, T)
         return (loss * mask).sum(), (nll * mask).sum()
+
+
+def mean_nll(model, loss_fn, device_batches, head_gates=None):
+    """The teacher-forced mean nll per target token of ``model`` (called outside autograd, so
+    dropout is off) over ``device_batches``: [((src, src_len, tgt_in, tgt_out, tgt_len) on the
+    model's device, target tokens)], ``loss_fn`` a `LabelSmoothedCrossEntropy` (its nll)."""
+    total, tokens = 0.0, 0
+    for (src, src_len, tgt_in, tgt_out, tgt_len), count in device_batches:
+        total = total + loss_fn(model(src, src_len, tgt_in, head_gates), tgt_out, tgt_len)[1]
+        tokens += count
+    return float(total) / max(tokens, 1)

@@ -11,6 +11,7 @@ from ..batching import bucket_batches
 from ..bleu import sacre_bleu
 from ..devices import to_device
 from ..errors import TrainingError
+from ..loss import mean_nll
 from ..optimizer import gradient_scale
 from ..parallel import split_rows
 from ..schedule import inverse_sqrt_warmup
@@ -71,12 +72,9 @@ def evaluate(pieces, corpus, split, train_cfg, decode_cfg):
 
 def validation_loss(pieces, batches):
     """Mean per-token nll over ``batches`` (dropout off), on the first device."""
-    nll_sum, tokens = 0.0, 0
-    for batch in batches:
-        src, src_len, tgt_in, tgt_out, tgt_len = to_device(batch, pieces.ctxs[0])
-        nll_sum += float(pieces.loss_fn(pieces.model(src, src_len, tgt_in), tgt_out, tgt_len)[1])
-        tokens += batch.num_tgt_tokens
-    return nll_sum / max(tokens, 1)
+    ctx = pieces.ctxs[0]
+    return mean_nll(pieces.model, pieces.loss_fn,
+                    ((to_device(batch, ctx), batch.num_tgt_tokens) for batch in batches))
 
 
 class LossMeter:
