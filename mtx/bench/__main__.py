@@ -10,10 +10,10 @@
                                 [--out FILE]
     python -m mtx.bench translate --run RUN_DIR [--beam 5] [--max-sentences N] [--profile]
                                   [--out FILE]
-    python -m mtx.bench compare-runs RUN_DIR RUN_DIR... [--steps 64] [--rounds 3] [--beam 5]
+    python -m mtx.bench compare-runs RUN_DIR RUN_DIR... [--steps 64] [--rounds 3] [--beam K]
         [--out FILE]
     python -m mtx.bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5]
-                              [--url URL] [--out FILE]
+                              [--max-sentences N] [--url URL] [--out FILE]
 
 Common configuration: conf/model/small.yaml (--model) with untied embeddings and the data's
 vocabulary, conf/data/multi30k_en_de.yaml (--data), the same ~4096-token batches for every
@@ -290,9 +290,11 @@ def option_groups():
 
 
 def add_impl(parser, default=None):
+    """--impl of the training-side commands (all, train, profile): TRAIN_IMPLS (decode has its
+    own, DECODE_IMPLS)."""
     parser.add_argument("--impl", default=default, required=default is None,
-                        help=f"implementation(s), comma-separated: {', '.join(DECODE_IMPLS)} "
-                        f"(mtx-recompute: decode only)")
+                        help=f"implementation(s), comma-separated: {', '.join(TRAIN_IMPLS)} "
+                        f"(mtx ones also as IMPL@GIT_REVISION)")
 
 
 def at_least(low):
