@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 data: install  ## download and verify the Multi30k files into data/ (MTX_DATA_DIR moves it), no training
 	$(PY) scripts/download.py $(ARGS)
 
-test: install  ## the whole test suite except GPU tests: what CI runs
+test: install  ## the whole test suite except GPU tests (.ci/run runs it, browser test required)
 	$(PY) -m pytest -m "not gpu"
 
 test-quick: install  ## the fast tests only (no training, no script run end to end)
