@@ -42,7 +42,16 @@ class CheckpointStore:
         return sorted(self.checkpoints.glob("*.json")) if self.checkpoints.is_dir() else []
 
     def epoch_names(self):
-        return sorted(p.stem for p in self.checkpoints.glob("epoch_*.json"))
+        """epoch_NNN of the kept epoch checkpoints, oldest first (by number: epoch_1000 after
+        epoch_999)."""
+        names = [p.stem for p in self.checkpoints.glob("epoch_*.json")]
+        return sorted(names, key=lambda name: (int(name[6:]) if name[6:].isdigit() else -1, name))
+
+    def resume_points(self):
+        """The checkpoints training can continue from, newest first: `latest`, then the epoch
+        checkpoints (not `interrupted`, which holds no optimizer state)."""
+        latest = ["latest"] if (self.checkpoints / "latest.json").is_file() else []
+        return latest + self.epoch_names()[::-1]
 
     def _store(self, kind, suffix, write):
         """Write a data file under its content's name; returns (file name, sha256)."""

@@ -4,6 +4,7 @@ Scripts turn Hydra's DictConfig into these dataclasses once (`from_dict`); the c
 sees only typed values, so an unknown key or an impossible size fails before any work is done.
 """
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, NamedTuple, Optional
@@ -15,6 +16,17 @@ from .errors import ConfigError
 # working directory.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
+
+
+def parse_device(device):
+    """A device name, ``cpu``, ``cpu:N``, ``gpu``, ``gpu:N`` or ``auto`` -> (kind, index);
+    ConfigError for anything else. (MXNet-free: `mtx.devices` turns it into a context, the
+    CTranslate2 backend into its own device names.)"""
+    kind, colon, index = str(device).partition(":")
+    if kind not in ("cpu", "gpu", "auto") or (colon and (kind == "auto" or not index.isdigit())):
+        raise ConfigError(f"device={device} is not a device name: use cpu, cpu:N, gpu, gpu:N "
+                          f"or auto")
+    return kind, int(index or 0)
 
 
 def read_config(cls, path, what):
@@ -304,6 +316,9 @@ class DecodeConfig:
             raise ConfigError(f"decode.beam_size={self.beam_size} must be at least 1")
         if not 1 <= self.nbest <= self.beam_size:
             raise ConfigError(f"decode.nbest={self.nbest} must be between 1 and decode.beam_size")
+        if not (math.isfinite(self.length_penalty) and self.length_penalty >= 0):
+            raise ConfigError(f"decode.length_penalty={self.length_penalty}: give a number >= 0 "
+                              f"(0: no penalty; 1.5 the default)")
         if self.max_len_a < 0 or self.max_len_b < 0 or self.max_len_a == self.max_len_b == 0:
             raise ConfigError(f"decode.max_len_a={self.max_len_a}, decode.max_len_b="
                               f"{self.max_len_b}: the output limit a * source length + b needs "

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from .config import DataConfig
+from .errors import ConfigError
 from .files import atomic_copy, atomic_write_text, read_json, sha256_of
 from .multi30k import load_multi30k
 from .toy import make_toy, toy_symbols
@@ -28,9 +29,14 @@ class Corpus:
     tokenizer: object
 
     def train_pairs(self, max_len):
-        """Training ids without pairs longer than ``max_len`` subwords on either side."""
+        """Training ids without pairs longer than ``max_len`` subwords on either side (with
+        their EOS); ConfigError when that leaves none."""
         src, tgt = self.ids["train"]
         keep = [i for i in range(len(src)) if len(src[i]) < max_len and len(tgt[i]) < max_len]
+        if not keep:
+            shortest = min(max(len(s), len(t)) for s, t in zip(src, tgt)) + 1
+            raise ConfigError(f"data.max_len={max_len} leaves no training pair (the shortest "
+                              f"pair needs {shortest}): raise data.max_len")
         return [src[i] for i in keep], [tgt[i] for i in keep]
 
 

@@ -7,9 +7,8 @@ import mxnet as mx
 import numpy as onp
 from mxnet import np
 
+from .config import parse_device
 from .errors import ConfigError
-
-DEVICE_HELP = "use cpu, cpu:N, gpu, gpu:N or auto"
 
 
 def use_numpy_interface():
@@ -27,13 +26,9 @@ def use_numpy_interface():
 def resolve_device(device):
     """'cpu' | 'cpu:N' | 'gpu' | 'gpu:N' | 'auto' -> an MXNet context (ConfigError otherwise,
     or when the GPU is not there)."""
-    device = str(device)
-    if device == "auto":
+    kind, index = parse_device(device)
+    if kind == "auto":
         return mx.gpu(0) if mx.context.num_gpus() > 0 else mx.cpu()
-    kind, _, index = device.partition(":")
-    if kind not in ("cpu", "gpu") or (index and not index.isdigit()):
-        raise ConfigError(f"device={device} is not a device name: {DEVICE_HELP}")
-    index = int(index or 0)
     if kind == "gpu":
         if mx.context.num_gpus() <= index:
             raise ConfigError(f"device={device} but MXNet sees {mx.context.num_gpus()} GPU(s): "

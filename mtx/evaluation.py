@@ -3,10 +3,12 @@ import logging
 import time
 
 from .bleu import chrf, sacre_bleu, tokenized_lowercased_bleu
-from .search import Translator
 from .vocab import output_subwords
 
 log = logging.getLogger(__name__)
+
+# Sentences translated once, untimed, before a timed translation: the first shapes build graphs.
+WARMUP_SENTENCES = 32
 
 
 def score_translations(hypotheses, references, tgt_lang):
@@ -19,6 +21,7 @@ def score_translations(hypotheses, references, tgt_lang):
 
 def translate_and_score(model, tokenizer, decode_cfg, ctx, sources, references, tgt_lang):
     """-> (hypotheses, scores); scores carry the decoding settings and the time it took."""
+    from .search import Translator  # (MXNet's: imported here, so the module's import needs none)
     tic = time.perf_counter()
     hypotheses = Translator(model, tokenizer, decode_cfg, ctx).translate(sources)
     seconds = time.perf_counter() - tic
@@ -30,13 +33,14 @@ def translate_and_score(model, tokenizer, decode_cfg, ctx, sources, references, 
 
 
 def translation_rounds(models, tokenizers, decode_cfg, ctx, sources, references, tgt_lang, rounds,
-                       warmup_sentences=32):
+                       warmup_sentences=WARMUP_SENTENCES):
     """Time ``models`` ({label: model}, each with ``tokenizers[label]``) translating ``sources``
     in turn, ``rounds`` times over (label by label, so a drift of the machine's speed reaches
     all alike), each first translating its first ``warmup_sentences`` untimed (the first shapes
     build graphs). -> {label: {"seconds": [one per round], "best": the fastest, "sacrebleu":
     {score, signature}, "subwords": the output subwords, EOS included (a model that writes
     longer translations does more steps)}}."""
+    from .search import Translator
     for label, model in models.items():
         Translator(model, tokenizers[label], decode_cfg, ctx).translate(sources[:warmup_sentences])
     timings = {label: {"seconds": []} for label in models}

@@ -1,24 +1,36 @@
 """Reading text: parallel training/test files (strict: every line must be valid), and text to
-translate, from whole files or stdin as lines arrive (so a terminal or a pipe gets each
-translation as soon as its line is complete, and a burst of lines is one batch); and the
-line-in, line-out frame every translator shares (`LineTranslator`)."""
+translate, from files a chunk at a time or from stdin as lines arrive (so a terminal or a pipe
+gets each translation as soon as its line is complete, and a burst of lines is one batch); and
+the line-in, line-out frame every translator shares (`LineTranslator`)."""
 import gzip
 import os
 import sys
 
 from .errors import DataError
 
+BOM = "\ufeff"           # a byte-order mark some editors put before a file's first line
+FILE_CHUNK_LINES = 1000  # lines of a file read (and translated, and written) together
+
+
+def _open(path):
+    """A text file (``.gz`` or plain) opened for reading bytes."""
+    return (gzip.open if str(path).endswith(".gz") else open)(path, "rb")
+
+
+def _without_bom(text, number):
+    return text[1:] if number == 1 and text.startswith(BOM) else text
+
 
 def read_lines(path):
-    """Lines of a UTF-8 text file (``.gz`` or plain), without newlines; DataError names the line
-    of any invalid UTF-8, or the file when it is missing or a directory."""
-    opener = gzip.open if str(path).endswith(".gz") else open
+    """Lines of a UTF-8 text file (``.gz`` or plain), without newlines (nor a first line's
+    byte-order mark); DataError names the line of any invalid UTF-8, or the file when it is
+    missing or a directory."""
     lines = []
     try:
-        with opener(path, "rb") as f:
+        with _open(path) as f:
             for number, raw in enumerate(f, 1):
                 try:
-                    lines.append(raw.decode("utf-8").rstrip("\r\n"))
+                    lines.append(_without_bom(raw.decode("utf-8").rstrip("\r\n"), number))
                 except UnicodeDecodeError:
                     raise DataError(f"{path}:{number}: not valid UTF-8; fix or remove that "
                                     f"line") from None
@@ -45,20 +57,34 @@ def read_parallel(src_path, tgt_path):
 
 
 def decode_line(raw, number, warn=sys.stderr):
-    """bytes -> str without the newline; invalid UTF-8 is reported (with its line number) and
-    becomes an empty line, so every input line still gets exactly one output line."""
+    """bytes -> str without the newline (nor line 1's byte-order mark); invalid UTF-8 is reported
+    (with its line number) and becomes an empty line, so every input line still gets exactly one
+    output line."""
     try:
-        return raw.rstrip(b"\r\n").decode("utf-8")
+        return _without_bom(raw.rstrip(b"\r\n").decode("utf-8"), number)
     except UnicodeDecodeError as err:
         print(f"warning: line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
               f"writing an empty line for it", file=warn)
         return ""
 
 
-def file_chunks(path):
-    """All lines of a file as one chunk: [(line number, text)]."""
-    with open(path, "rb") as f:
-        yield [(n, decode_line(raw, n)) for n, raw in enumerate(f, 1)]
+def file_chunks(path, chunk_lines=FILE_CHUNK_LINES):
+    """The lines of a file (``.gz`` or plain) in chunks of ``chunk_lines``: [(line number,
+    text)], none for an empty file. (A chunk is translated and written before the next is read:
+    an interrupted translation keeps the lines it finished.)"""
+    chunk = []
+    try:
+        with _open(path) as f:
+            for number, raw in enumerate(f, 1):
+                chunk.append((number, decode_line(raw, number)))
+                if len(chunk) == chunk_lines:
+                    yield chunk
+                    chunk = []
+    except (OSError, EOFError) as err:
+        raise DataError(f"cannot read {path} ({getattr(err, 'strerror', None) or err}); "
+                        f"give an existing, readable text file") from None
+    if chunk:
+        yield chunk
 
 
 def stream_chunks(fd, read_size=1 << 16):

@@ -73,8 +73,11 @@ def multi30k_file(name, raw_dir, data_dir, download=True):
             _download(MULTI30K_URL + name, path, expected)
     actual = sha256_of(path)
     if actual != expected:
+        fix = ("data.raw_dir (or MTX_MULTI30K_DIR) must hold Multi30k's own files, unchanged; "
+               "unset both to download them" if raw_dir and path.parent == Path(raw_dir) else
+               "delete it and fetch it again")
         raise DataError(f"{path} has SHA256 {actual[:12]}…, expected {expected[:12]}…: the file "
-                        f"is corrupted or not Multi30k; delete it and fetch it again")
+                        f"is corrupted or not Multi30k; {fix}")
     return path
 
 

@@ -9,7 +9,7 @@ import numpy as onp
 def attention_pictures(weights, layers, source_labels, target_labels, out_dir):
     """One PNG per attention layer (its heads side by side) into ``out_dir``; returns the paths.
 
-    ``weights``: one (H, Tq, Tk) array per layer, e.g. from `mtx.search.greedy_attention`;
+    ``weights``: one (H, Tq, Tk) array per layer, e.g. from `mtx.search.attention_of`;
     ``layers``: the matching rows of `ModelConfig.attention_layers` (their kind and layer name
     the picture, their query and key sides pick the labels); ``source_labels`` (S,) and
     ``target_labels`` (T,): one string per source and target position."""

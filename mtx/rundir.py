@@ -27,6 +27,15 @@ from .files import append_line, atomic_write_json, atomic_write_text, read_json,
 from .tensorboard import EventLog
 
 
+# What a resumed run may change: how long it trains, how often it saves, where it runs (its
+# precision is the one it started with anyway). Any other train.* key, the seed and data.* (but
+# where the corpus is read from) decide the steps it takes: a resume must take the same ones.
+RESUME_MAY_CHANGE = {"train": {"resume", "max_epochs", "max_minutes", "patience",
+                               "save_every_minutes", "keep_last", "devices", "kvstore",
+                               "hybridize", "precision"},
+                     "data": {"raw_dir"}}
+
+
 def run_identity(model_cfg, data_cfg, tokenizer_sha256):
     """What changes the meaning of a run's weights; a resumed run must have the same."""
     return {"model": dataclasses.asdict(model_cfg), "data": data_cfg.name,
@@ -61,6 +70,28 @@ class RunDir(CheckpointStore):
             raise CheckpointError(f"{self.path} holds a run with other {', '.join(keys or differ)}"
                                   f"; resume with the run's own settings or use a new "
                                   f"hydra.run.dir (nothing in the run was changed)")
+
+    def check_settings(self, resolved_config_yaml):
+        """Refuse (before anything is written) to resume with other training settings than the
+        run's config.yaml: the seed, and train.* and data.* keys but RESUME_MAY_CHANGE (keys
+        only one of the two configs has are not compared: a run from an older mtx)."""
+        from omegaconf import OmegaConf
+        if resolved_config_yaml is None or not (self.path / "config.yaml").is_file():
+            return
+        saved = OmegaConf.to_container(self.train_config(), resolve=True)
+        now = OmegaConf.to_container(OmegaConf.create(resolved_config_yaml), resolve=True)
+        differ = [f"seed={saved['seed']} (now {now['seed']})"
+                  if "seed" in saved and "seed" in now and saved["seed"] != now["seed"] else None]
+        for section, free in RESUME_MAY_CHANGE.items():
+            old, new = saved.get(section) or {}, now.get(section) or {}
+            differ += [f"{section}.{key}={old[key]} (now {new[key]})"
+                       for key in sorted(set(old) & set(new) - free) if old[key] != new[key]]
+        differ = [d for d in differ if d]
+        if differ:
+            raise CheckpointError(f"{self.path} was trained with {', '.join(differ)}; a resumed "
+                                  f"run must take the same steps: resume with the run's own "
+                                  f"settings (its config.yaml) or use a new hydra.run.dir "
+                                  f"(nothing in the run was changed)")
 
     def start(self, identity, model_cfg, data_cfg, resolved_config_yaml):
         """Write what describes the run (atomically; after `check_identity`)."""
@@ -166,8 +197,8 @@ class RunDir(CheckpointStore):
             except (KeyError, TypeError):
                 raise CheckpointError(f"{self.path / 'report.json'} names no final checkpoint; "
                                       f"pass checkpoint=best (or another name)") from None
-        if str(which).endswith(".params"):  # a checkpoint file: its manifest sits beside it
-            return str(Path(which).with_suffix(".json"))
+        if str(which).endswith(".params"):
+            return self.manifest_of(which)
         if which == "last":
             names = self.epoch_names()
             if not names:
@@ -175,8 +206,25 @@ class RunDir(CheckpointStore):
             return names[-1]
         return which
 
-    def write_json(self, name, obj):
-        return atomic_write_json(self.path / name, obj)
+    def manifest_of(self, params_file):
+        """The manifest (path) of a checkpoint's .params file: the newest of the run's manifests
+        that names it (a content-addressed params-<sha>.params), else the one beside it (an
+        older run's <name>.params)."""
+        name = Path(params_file).name
+        for path in sorted(self.manifests(), key=lambda p: p.stat().st_mtime, reverse=True):
+            try:
+                if json.loads(path.read_text()).get("files", {}).get("params") == name:
+                    return str(path)
+            except (OSError, ValueError, AttributeError):
+                continue  # a damaged manifest names nothing; verify reports it when it is chosen
+        beside = Path(params_file).with_suffix(".json")
+        if beside.is_file():
+            return str(beside)
+        raise CheckpointError(f"checkpoint={params_file}: no checkpoint of {self.path} names this "
+                              f"file; choose checkpoint= a name such as best, last or epoch_NNN")
+
+    def write_json(self, name, obj, hint=None):
+        return atomic_write_json(self.path / name, obj, hint)
 
 
 def _load_average(run, n, ctx):

@@ -160,15 +160,6 @@ def attention_axes(tokenizer, src_ids, out_ids):
             [SPECIALS[BOS]] + tokenizer.pieces(out_ids))
 
 
-def greedy_attention(model, src_ids, ctx, head_gates=None):
-    """One sentence translated greedily, with the attention of every layer over it: source ids
-    (no EOS) -> (src_ids, output ids (no EOS), `attention_of` weights)."""
-    src = np.array([src_ids + [EOS]], dtype="int32", ctx=ctx)  # (1, S)
-    src_len = np.array([len(src_ids) + 1], dtype="int32", ctx=ctx)  # (1,)
-    out_ids = greedy_search(model, src, src_len, head_gates=head_gates)[0]
-    return src_ids, out_ids, attention_of(model, src_ids, out_ids, ctx, head_gates)
-
-
 class Translator(LineTranslator):
     """Lines of text -> lines of text with a trained model: tokenize, batch by source length,
     search, detokenize, and return results in input order. Empty lines translate to ''."""
@@ -180,7 +171,7 @@ class Translator(LineTranslator):
 
     def translate_ids(self, src_ids):
         """Lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of them)."""
-        results = [[([], 0.0)] for _ in src_ids]
+        results = [[([], 0.0)] * self.cfg.nbest for _ in src_ids]  # an empty line: empty texts
         todo = [i for i, ids in enumerate(src_ids) if ids]
         for group in length_groups([len(src_ids[i]) + 1 for i in todo], self.cfg.batch_tokens,
                                    MAX_TRANSLATION_ROWS):

@@ -29,14 +29,22 @@ def read_metrics(run_dir):
     return read_json_lines(run_dir / "metrics.jsonl", DataError)
 
 
-def summarize(run_dir, metrics):
-    """One row of the table; "-" (None) for what the run did not record (e.g. no test split)."""
+def run_name(run_dir, folder):
+    """A run's name in the table: its path below ``folder`` (in a sweep, its overrides; below a
+    folder of several sweeps, <sweep>/<overrides>, so two sweeps of one command stay apart)."""
+    name = Path(run_dir).relative_to(folder).as_posix()
+    return Path(run_dir).resolve().name if name == "." else name
+
+
+def summarize(run_dir, metrics, name):
+    """One row of the table (``name``: `run_name`); "-" (None) for what the run did not record
+    (e.g. no test split)."""
     report = read_json(run_dir / "report.json", DataError, "report of the run")
     try:
         test = report.get("scores", {}).get(TEST_SPLIT) or {}
         tok_s = [m["train/tok_s"] for m in metrics if "train/tok_s" in m]
         valid = report["final"]["valid_bleu"]
-        return {"run": run_dir.name,  # in a sweep, the overrides (hydra.sweep.subdir)
+        return {"run": name,
                 "parameters": report["parameters"], "train_minutes": report["train_minutes"],
                 "epochs": report["epochs"], "steps": report["steps"],
                 "train_tok_s": round(statistics.median(tok_s)) if tok_s else None,
@@ -81,9 +89,12 @@ def minutes_to_reach(curve, bleu):
 SAME_FOR_ALL_SEEDS = ("run", "parameters", "beam")  # every other column is averaged over seeds
 
 
-def without_seed(run_name):
-    """A sweep run's name (its overrides, e.g. "model.num_heads=4,seed=2") without its seed."""
-    return re.sub(r"(^|,)seed=[^,]*", "", run_name).strip(",") or "(default)"
+def without_seed(name):
+    """A sweep run's name (`run_name`: its overrides, e.g. "model.num_heads=4,seed=2", after the
+    sweep's folder if any) without its seed."""
+    sweep, _, overrides = name.rpartition("/")
+    overrides = re.sub(r"(^|,)seed=[^,]*", "", overrides).strip(",") or "(default)"
+    return f"{sweep}/{overrides}" if sweep else overrides
 
 
 def mean_over_seeds(rows):
@@ -127,7 +138,7 @@ def main(argv=None):
         raise DataError(f"no report.json below {folder}; pass a sweep's output folder (e.g. "
                         f"outputs/ablate) whose runs have finished")
     metrics = [read_metrics(run) for run in runs]
-    rows = [summarize(run, m) for run, m in zip(runs, metrics)]
+    rows = [summarize(run, m, run_name(run, folder)) for run, m in zip(runs, metrics)]
     if args.reach is not None:
         for row, m in zip(rows, metrics):
             row[f"minutes_to_{args.reach:g}"] = minutes_to_reach(val_curve(m), args.reach)
@@ -137,7 +148,8 @@ def main(argv=None):
                                                                    args.at_update)
     if args.curves:
         from mtx.pictures import learning_curves
-        learning_curves({run.name: val_curve(m) for run, m in zip(runs, metrics)}, args.curves)
+        learning_curves({row["run"]: val_curve(m) for row, m in zip(rows, metrics)},
+                        args.curves)
     print(markdown(rows))
     means = mean_over_seeds(rows)
     if means:

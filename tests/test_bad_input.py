@@ -1,4 +1,9 @@
-"""Property-based: whatever bytes come in, translation gives one line per input line."""
+"""Odd input to translation: whatever bytes come in, one line out per line in (property-based);
+files read in chunks, gzipped or with a byte-order mark; N rows per line for decode.nbest=N."""
+import copy
+import dataclasses
+import functools
+import gzip
 import os
 
 import mxnet as mx
@@ -7,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtx.config import DecodeConfig, ModelConfig
-from mtx.lines import file_chunks, stream_chunks
+from mtx.errors import DataError
+from mtx.lines import file_chunks, read_lines, stream_chunks
 from mtx.model import Transformer
 from mtx.search import Translator
 from mtx.vocab import SentencePieceTokenizer, train_sentencepiece
@@ -79,3 +85,54 @@ def test_a_last_line_without_a_newline_is_still_a_line(data, expected, tmp_path)
     os.close(read)
     from_file = [text for chunk in file_chunks(path) for _, text in chunk]
     assert streamed == from_file == expected
+
+
+def test_file_chunks_reads_gzip_drops_a_first_line_byte_order_mark_and_numbers_on(tmp_path):
+    text = "\ufeffeins\nzwei\n\ufeffdrei\nvier\nfünf\n".encode()
+    (tmp_path / "in.txt").write_bytes(text)
+    with gzip.open(tmp_path / "in.txt.gz", "wb") as f:
+        f.write(text)
+    expected = [[(1, "eins"), (2, "zwei")], [(3, "\ufeffdrei"), (4, "vier")], [(5, "fünf")]]
+    for name in ("in.txt", "in.txt.gz"):
+        assert list(file_chunks(tmp_path / name, chunk_lines=2)) == expected
+        assert read_lines(tmp_path / name) == ["eins", "zwei", "\ufeffdrei", "vier", "fünf"]
+    read, write = os.pipe()
+    os.write(write, text)
+    os.close(write)
+    assert [line for chunk in stream_chunks(read) for line in chunk] == sum(expected, [])
+    os.close(read)
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert list(file_chunks(tmp_path / "empty.txt")) == []
+    (tmp_path / "bad.gz").write_bytes(b"not gzip\n")
+    with pytest.raises(DataError, match="cannot read .*bad.gz"):
+        list(file_chunks(tmp_path / "bad.gz"))
+
+
+def test_an_interrupted_file_translation_keeps_the_chunks_it_finished(tmp_path, monkeypatch):
+    """Each chunk of a file is translated and written before the next is read: Ctrl-C in the
+    third chunk leaves the first two chunks' translations in output=."""
+    from omegaconf import OmegaConf
+    from mtx.commands import translate as command
+
+    class Upper:
+        def translate_nbest(self, lines, first_line):
+            if first_line > 4:
+                raise KeyboardInterrupt
+            return [[(line.upper(), 0.0)] for line in lines]
+
+    (tmp_path / "in.txt").write_text("".join(f"line {i}\n" for i in range(1, 8)))
+    monkeypatch.setattr(command, "make_translator", lambda cfg: (Upper(), DecodeConfig()))
+    monkeypatch.setattr(command, "file_chunks", functools.partial(file_chunks, chunk_lines=2))
+    cfg = OmegaConf.create({"input": str(tmp_path / "in.txt"), "output": str(tmp_path / "out.txt"),
+                            "attention_png": None, "ckpt": "run"})
+    with pytest.raises(KeyboardInterrupt):
+        command.translate(cfg)
+    assert (tmp_path / "out.txt").read_text() == "LINE 1\nLINE 2\nLINE 3\nLINE 4\n"
+
+
+def test_an_empty_line_gets_nbest_empty_rows(translator):
+    nbest = copy.copy(translator)
+    nbest.cfg = dataclasses.replace(translator.cfg, nbest=2)
+    rows = nbest.translate_nbest(["", "ein Hund sitzt", ""])
+    assert [len(r) for r in rows] == [2, 2, 2]
+    assert rows[0] == rows[2] == [("", 0.0), ("", 0.0)]

@@ -182,6 +182,20 @@ def test_compare_runs_times_each_run_and_its_decoding_step_by_part(toy_run, tmp_
     assert "Translating the test split, beam 2, the runs in turn:" in printed
 
 
+def test_compare_runs_refuses_runs_of_different_language_pairs(tmp_path):
+    """--beam scores every run against the first run's references: runs of another pair would
+    be scored against the wrong language, so they are refused before any model loads."""
+    from mtx.bench.workers import runs_corpus
+    from mtx.errors import ConfigError
+    for name, src, tgt in (("en_de", "en", "de"), ("de_en", "de", "en"), ("en_de2", "en", "de")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "data.json").write_text(json.dumps({"src_lang": src, "tgt_lang": tgt}))
+    assert runs_corpus([tmp_path / "en_de", tmp_path / "en_de2"]).tgt_lang == "de"
+    with pytest.raises(ConfigError, match=r"trained on \('multi30k', 'de', 'en'\) and "
+                                          r"\('multi30k', 'en', 'de'\): compare runs of one"):
+        runs_corpus([tmp_path / "en_de", tmp_path / "de_en"])
+
+
 def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):
     """`train` with several implementations: each round runs every one in turn, each in a
     process of its own; the report has each one's median round and the paired ratios, the table

@@ -131,6 +131,8 @@ def test_typed_values_are_checked(cls, key, value, expected):
                                                  "decode.beam_size"),
     (DecodeConfig, {"max_len_a": 0, "max_len_b": 0}, "needs a, b >= 0 and one of them > 0"),
     (DecodeConfig, {"max_len_b": -1}, "decode.max_len_b=-1: the output limit"),
+    (DecodeConfig, {"length_penalty": -0.5}, "decode.length_penalty=-0.5: give a number >= 0"),
+    (DecodeConfig, {"length_penalty": float("nan")}, "decode.length_penalty=nan: give"),
 ])
 def test_values_that_cannot_work_are_refused_before_any_work(cls, values, expected):
     section = {TrainConfig: "train", DataConfig: "data", ModelConfig: "model",
@@ -159,6 +161,9 @@ CASES = {
     "train-missing-config-option": ("train", ["model=huge"], "choose one of base, small, tiny"),
     "train-no-gpu": ("train", ["device=gpu"], "device=gpu but MXNet sees 0 GPU(s)"),
     "train-unknown-device": ("train", ["device=tpu"], "device=tpu is not a device name"),
+    "train-seed-not-an-integer": ("train", ["seed=1.5"], "seed=1.5: give an integer"),
+    "train-max-len-leaves-no-pair": ("train", ["data.max_len=2"],
+                                     "data.max_len=2 leaves no training pair"),
     "translate-no-ckpt": ("translate", [], "ckpt= is required: pass a training run directory"),
     "translate-ckpt-missing": ("translate", ["ckpt={tmp}/nothing"], "is not a directory"),
     "translate-no-gpu": ("translate", [f"ckpt={RUN}", "device=gpu"], "device=gpu but MXNet"),

@@ -82,6 +82,20 @@ def test_runs_that_differ_only_in_seed_get_a_mean_row(collect, tmp_path, capsys)
     assert collect.without_seed("seed=3") == "(default)"
 
 
+def test_two_sweeps_of_one_command_stay_apart(collect, tmp_path, capsys):
+    """Below a folder of sweeps (outputs/train/multiruns/<time>/<overrides>) a run is named by
+    its sweep too: the same overrides in two sweeps are two rows, never one setting's seeds."""
+    for sweep, bleu in (("2026-11-30_10-00-00", 20.0), ("2026-11-30_12-00-00", 24.0)):
+        _run(tmp_path / sweep, "model.num_heads=4,seed=1", [(5.0, bleu)])
+    collect.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = _table([line for line in out.splitlines() if line.startswith("|")])
+    assert [r["run"] for r in rows] == ["2026-11-30_10-00-00/model.num_heads=4,seed=1",
+                                        "2026-11-30_12-00-00/model.num_heads=4,seed=1"]
+    assert "Mean over seeds" not in out
+    assert collect.without_seed("t/model.num_heads=4,seed=2") == "t/model.num_heads=4"
+
+
 def test_no_mean_table_without_repeated_settings(collect, tmp_path, capsys):
     _run(tmp_path, "a", [(5.0, 20.0)])
     _run(tmp_path, "b", [(5.0, 24.0)])

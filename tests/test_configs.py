@@ -1,12 +1,14 @@
 """Hydra configs: every group and experiment composes, typed configs reject bad values, and the
 scripts turn bad overrides into one clear line."""
 
+import re
+
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mtx.commands.common import typed
-from mtx.config import ConfigError, DecodeConfig, ModelConfig
+from mtx.config import ConfigError, DecodeConfig, ModelConfig, parse_device
 from tests.conftest import ROOT, run_script
 
 CONF = ROOT / "conf"
@@ -91,3 +93,21 @@ def test_greedy_is_the_beam_config_with_one_hypothesis():
                                          batch_tokens=100)
     from_beam = typed(_compose("translate", ["decode=beam"]), "decode").greedy()
     assert from_beam == typed(_compose("translate", ["decode=greedy"]), "decode")
+
+
+@pytest.mark.parametrize("name, parsed", [("cpu", ("cpu", 0)), ("cpu:1", ("cpu", 1)),
+                                          ("gpu", ("gpu", 0)), ("gpu:3", ("gpu", 3)),
+                                          ("auto", ("auto", 0))])
+def test_device_names_parse(name, parsed):
+    assert parse_device(name) == parsed
+
+
+@pytest.mark.parametrize("name", ["tpu", "gpu:", "gpu:x", "cpu:-1", "auto:1", "GPU", ""])
+def test_a_name_that_is_no_device_is_one_config_error(name):
+    """The one parser of device names, for MXNet contexts and the CTranslate2 backend alike."""
+    with pytest.raises(ConfigError, match=re.escape(f"device={name} is not a device name: use "
+                                                    f"cpu, cpu:N, gpu, gpu:N or auto")):
+        parse_device(name)
+    from mtx.deploy.backend import ct2_device
+    with pytest.raises(ConfigError, match="is not a device name"):
+        ct2_device(name)

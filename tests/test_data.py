@@ -36,8 +36,9 @@ def test_corrupted_file_is_named(multi30k_dir, tmp_path):
     raw = _copy_multi30k(multi30k_dir, tmp_path / "raw")
     with open(raw / "val.de.gz", "ab") as f:
         f.write(b"x")
-    with pytest.raises(DataError, match=r"val\.de\.gz has SHA256 .* corrupted"):
-        load_multi30k("en", "de", str(raw), tmp_path)
+    with pytest.raises(DataError, match=r"val\.de\.gz has SHA256 .* corrupted or not Multi30k; "
+                                        r"data\.raw_dir .* must hold Multi30k's own files"):
+        load_multi30k("en", "de", str(raw), tmp_path)  # (not "delete it": it may be a user's)
 
 
 def test_missing_file_and_unreadable_dir(multi30k_dir, tmp_path):
@@ -203,7 +204,8 @@ def test_a_test_set_with_a_wrong_checksum_is_rejected(tmp_path, monkeypatch):
     assert src == ["en a b", "en c d"] and tgt == ["de a b", "de c d"]
     with gzip.open(data / "multi30k" / "test_2017_flickr.de.gz", "wt") as f:
         f.write("de a b\nde c e\n")  # one word changed
-    with pytest.raises(DataError, match=r"test_2017_flickr\.de\.gz has SHA256 .* corrupted"):
+    with pytest.raises(DataError, match=r"test_2017_flickr\.de\.gz has SHA256 .* corrupted .*"
+                                        r"delete it and fetch it again"):
         multi30k.load_split("test_2017_flickr", "en", "de", None, data)
 
 

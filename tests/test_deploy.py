@@ -194,10 +194,11 @@ def test_export_command_and_the_backend_keep_translate_s_promises(tmp_path):
                           cwd=tmp_path)
     assert ct2_out.returncode == 0, ct2_out.stderr.decode()[-2000:]
     rows = [line.split("\t") for line in ct2_out.stdout.decode().splitlines()]
-    assert [r[:2] for r in rows] == [["1", "1"], ["1", "2"], ["1", "3"], ["2", "1"], ["3", "1"],
-                                     ["4", "1"], ["4", "2"], ["4", "3"]]
-    assert rows[3] == ["2", "1", "0.0000", ""] and rows[4] == ["3", "1", "0.0000", ""]
-    assert all(float(a[2]) >= float(b[2]) for a, b in zip(rows[5:], rows[6:]))  # best first
+    assert [r[:2] for r in rows] == [[str(line), str(rank)] for line in range(1, 5)
+                                     for rank in range(1, 4)]  # N rows for every input line
+    assert rows[3:9] == [[str(line), str(rank), "0.0000", ""] for line in (2, 3)
+                         for rank in range(1, 4)]  # the empty and the invalid line: empty rows
+    assert all(float(a[2]) >= float(b[2]) for a, b in zip(rows[9:], rows[10:]))  # best first
     assert "line 3: invalid UTF-8" in ct2_out.stderr.decode()
     assert [r[0] for r in rows] == [line.split("\t")[0]
                                     for line in mtx_out.stdout.decode().splitlines()]
@@ -259,7 +260,7 @@ def test_toy_run_decodes_the_same_with_ctranslate2(toy_run, tmp_path):
         assert onp.allclose([e[0][1] for e in expected], [g[0][1] for g in got], atol=1e-3)
 
 
-def test_bad_export_outputs_and_backends_are_one_line(tmp_path):
+def test_bad_export_outputs_and_backends_are_one_line(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
     from mtx.deploy import backend_of
@@ -279,6 +280,11 @@ def test_bad_export_outputs_and_backends_are_one_line(tmp_path):
     exported.mkdir()
     (exported / EXPORT_INFO).write_text("{}")
     assert _prepare_output(exported) == exported  # an earlier export is replaced
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with monkeypatch.context() as patch:  # output=. inside an empty directory: its full path
+        patch.chdir(empty)
+        assert _prepare_output(".") == empty
     with pytest.raises(ConfigError, match="backend=foo: choose one of"):
         backend_of(OmegaConf.create({"ckpt": str(other), "backend": "foo"}))
     with pytest.raises(ConfigError, match="is a CTranslate2 export, which mtx's decoder does not"):

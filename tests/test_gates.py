@@ -112,6 +112,8 @@ def test_heads_script_with_learned_gates(toy_run, tmp_path):
     (["method=l0", "target_heads=3"], "target_heads=3 would keep 3 of the 24 heads"),
     (["method=random"], "method=random is not a pruning method"),
     (["method=l0", "prune_fraction=0.5", "l0.anneal=1.5"], "l0.anneal=1.5: the part"),
+    (["method=l0", "prune_fraction=0.5", "l0.minutes=0"], "l0.minutes=0, l0.max_steps=None: "
+                                                          "the gates need minutes > 0"),
 ])
 def test_bad_gate_settings_are_one_line_errors(toy_run, overrides, message):
     done = run_script("heads", f"ckpt={toy_run}", *overrides)

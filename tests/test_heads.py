@@ -12,7 +12,7 @@ from mtx.corpus import load_corpus
 from mtx.head_study import choose_pruning
 from mtx.pictures import attention_pictures
 from mtx.rundir import load_run
-from mtx.search import greedy_attention, greedy_search
+from mtx.search import attention_of, greedy_search
 from tests.conftest import run_script
 
 
@@ -137,19 +137,22 @@ def test_pruned_model_equals_gated_model(toy):
     assert count(model) - count(pruned) == 5 * 4 * model.cfg.head_dim * model.cfg.num_hiddens
 
 
-def test_greedy_attention_gives_every_layer_over_source_and_output(toy):
+def test_attention_of_gives_every_layer_over_source_and_output(toy):
     model, corpus = toy
     src_ids = corpus.ids["val"][0][0]
-    got_src, out_ids, weights = greedy_attention(model, src_ids, mx.cpu())
-    S, T, H = len(src_ids) + 1, len(out_ids) + 1, model.cfg.num_heads
+    S, H = len(src_ids) + 1, model.cfg.num_heads
     src = np.array([src_ids + [3]], dtype="int32")  # (1, S) with EOS
-    assert got_src == src_ids and [out_ids] == greedy_search(model, src, np.array([S]))
+    out_ids = greedy_search(model, src, np.array([S]))[0]
+    weights = attention_of(model, src_ids, out_ids, mx.cpu())
+    T = len(out_ids) + 1  # BOS + the output
     sides = {"source": S, "target": T}
     assert [w.shape for w in weights] == [(H, sides[a.queries], sides[a.keys])
                                           for a in model.cfg.attention_layers()]
     for w, a in zip(weights, model.cfg.attention_layers()):
         if a.kind != "decoder self":  # causal rows sum to 1 as well, over fewer keys
             onp.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-5)
+        else:  # no query sees a later position
+            onp.testing.assert_allclose(onp.triu(w, k=1), 0.0, atol=1e-6)
 
 
 def test_attention_pictures_draw_the_weights_they_are_given(tmp_path, monkeypatch):
@@ -173,12 +176,12 @@ def test_attention_pictures_draw_the_weights_they_are_given(tmp_path, monkeypatc
     onp.testing.assert_array_equal(cross.images[0].get_array(), weights[2][1])
 
 
-def test_heads_script_runs_end_to_end(toy_run):
+def test_heads_script_runs_end_to_end(toy_run, tmp_path):
+    out = tmp_path / "heads"
     done = run_script("heads", f"ckpt={toy_run}", "max_sentences=60", "leave_one_out=true",
                       "random_orders=2", "decode.beam_size=2", "prune_fraction=0.33",
-                      "finetune.minutes=0.05", "timing_rounds=1")
+                      "finetune.minutes=0.05", "timing_rounds=1", f"out_dir={out}")
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    out = toy_run / "heads"
     importance = json.loads((out / "importance.json").read_text())
     assert set(importance) >= {"layers", "gradient", "confidence", "leave_one_out_bleu"}
     curves = json.loads((out / "pruning.json").read_text())["curves"]
@@ -197,12 +200,25 @@ def test_heads_script_runs_end_to_end(toy_run):
         assert (out / png).stat().st_size > 1000
     translated = run_script("translate", f"ckpt={out / 'pruned'}", "decode=greedy", stdin=b"w1 w2 w3\n")
     assert translated.returncode == 0 and len(translated.stdout.decode().splitlines()) == 1
+    # the same study again into the same folder would delete the fine-tuned pruned/: refused;
+    # and the pruned model is not studied as if every layer had all its heads
+    for overrides, words in (([f"ckpt={toy_run}", f"out_dir={out}"],
+                              f"{out / 'pruned'} holds the pruned model of an earlier study"),
+                             ([f"ckpt={out / 'pruned'}", f"out_dir={tmp_path / 'again'}"],
+                              "heads per attention layer (a pruned model)")):
+        again = run_script("heads", *overrides)
+        err = again.stderr.decode()
+        assert again.returncode == 2 and "Traceback" not in err and words in err, err[-2000:]
+    assert (out / "pruned" / "metrics.jsonl").is_file()
 
 
 @pytest.mark.parametrize("overrides, message", [
     (["prune_fraction=0.9"], "prune_fraction=0.9 would keep 2 of the 24 heads; keep at least one"),
     (["prune_fraction=0.01"], "prune_fraction=0.01 would keep 24 of the 24 heads"),
     (["target_heads=12"], "target_heads= is for method=l0"),
+    (["timing_rounds=0"], "timing_rounds=0: give 1 or more rounds"),
+    (["max_sentences=0"], "max_sentences=0: give 1 or more sentences"),
+    (["random_orders=-1"], "random_orders=-1: give 0 or more orders"),
 ])
 def test_bad_prune_fraction_is_a_one_line_error(toy_run, overrides, message):
     done = run_script("heads", f"ckpt={toy_run}", *overrides)
@@ -235,7 +251,7 @@ def test_prune_fraction_becomes_heads_to_remove(method, fraction, removed):
     from mtx.commands.heads import heads_to_remove
     from mtx.errors import ConfigError
     cfg = OmegaConf.create({"method": method, "prune_fraction": fraction, "target_heads": None,
-                            "l0": {"anneal": 0.6}})
+                            "l0": {"anneal": 0.6, "minutes": 10, "max_steps": None}})
     model_cfg = ModelConfig(num_hiddens=64, num_heads=4, ffn_num_hiddens=128,
                             num_encoder_layers=2, num_decoder_layers=2, vocab_size=24)
     if removed is None:  # 24 heads in 6 layers: 0.8 keeps 5, 0.01 and l0's 0 keep all 24

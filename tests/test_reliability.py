@@ -120,13 +120,17 @@ def test_resume_skips_a_damaged_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_with_another_config_is_refused_before_anything_is_written(tmp_path):
+@pytest.mark.parametrize("override, named", [
+    ("model.num_hiddens=64", "model.num_hiddens"),
+    ("train.batch_tokens=512", "train.batch_tokens=1024 (now 512)")])
+def test_resume_with_another_config_is_refused_before_anything_is_written(override, named,
+                                                                           tmp_path):
     run_dir = tmp_path / "run"
     _finish(_train(run_dir, "train.max_epochs=1"))
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}
-    err = _finish(_train(run_dir, "train.resume=true", "model.num_hiddens=64"), 2)
+    err = _finish(_train(run_dir, "train.resume=true", override), 2)
     last = err.strip().splitlines()[-1]
-    assert last.startswith("error: ") and "model.num_hiddens" in last and "Traceback" not in err
+    assert last.startswith("error: ") and named in last and "Traceback" not in err
     after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != "train.log"}
     assert after == before  # (train.log: Hydra appends the error line to the run's log)
 

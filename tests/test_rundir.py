@@ -182,3 +182,58 @@ def test_a_missing_checkpoint_names_the_ones_the_run_has(toy_run, tmp_path):
     (young / "model.json").write_text((Path(toy_run) / "model.json").read_text())
     with pytest.raises(CheckpointError, match="no checkpoint yet .* train.resume=true"):
         load_run(young, mx.cpu(), "best")
+
+
+def test_a_checkpoint_given_as_its_params_file_loads_its_manifest(toy_run):
+    run = RunDir(toy_run)
+    best = run.verify("best")
+    params = best["paths"]["params"]  # checkpoints/params-<sha>.params: content-addressed
+    named = json.loads(Path(run.manifest_of(params)).read_text())["files"]["params"]
+    assert named == best["files"]["params"]
+    model, _, _ = load_run(toy_run, mx.cpu(), str(params))
+    expected, _, _ = load_run(toy_run, mx.cpu(), "best")
+    assert all(onp.array_equal(v, _params(expected)[k]) for k, v in _params(model).items())
+    with pytest.raises(CheckpointError, match="no checkpoint of .* names this file"):
+        load_run(toy_run, mx.cpu(), str(run.checkpoints / "params-0000.params"))
+
+
+def test_a_resume_with_other_training_settings_is_refused(tmp_path):
+    """The seed, train.* and data.* decide a run's steps: a resume with others is refused and
+    named; how long it trains, how often it saves and where it reads the corpus may change; a
+    key the run's older config.yaml lacks is not compared."""
+    run = RunDir(tmp_path)
+    (tmp_path / "config.yaml").write_text(
+        "seed: 1\ntrain:\n  batch_tokens: 2048\n  lr: 0.001\n  max_minutes: 60\n"
+        "data:\n  max_len: 128\n  raw_dir: /a\n")
+    same = ("seed: 1\ntrain:\n  batch_tokens: 2048\n  lr: 0.001\n  max_minutes: {minutes}\n"
+            "  ema_decay: 0.5\ndata:\n  max_len: 128\n  raw_dir: {raw}\n")
+    run.check_settings(same.format(minutes=90, raw="/b"))
+    run.check_settings(None)  # a run built in code keeps no config.yaml to compare
+    changed = same.format(minutes=60, raw="/a").replace("batch_tokens: 2048", "batch_tokens: 512")
+    changed = changed.replace("seed: 1", "seed: 2").replace("max_len: 128", "max_len: 64")
+    with pytest.raises(CheckpointError) as err:
+        run.check_settings(changed)
+    assert (f"{tmp_path} was trained with seed=1 (now 2), train.batch_tokens=2048 (now 512), "
+            f"data.max_len=128 (now 64); a resumed run must take the same steps") in str(err.value)
+
+
+def test_a_run_stopped_before_its_first_resume_point_starts_again(tmp_path, caplog):
+    """Ctrl-C before the first resume point leaves only `interrupted` (no optimizer state): the
+    resume starts the run again instead of refusing it."""
+    fit = _fit(tmp_path)
+    with caplog.at_level("WARNING"):
+        fit.checkpointing.interrupted(step=3)
+    assert "no resume point yet" in caplog.text
+    assert [p.stem for p in fit.run_dir.manifests()] == ["interrupted"]
+    resumed = _fit(tmp_path, resume=True)
+    assert resumed.restore() is False and resumed.state.step == 0
+
+
+def test_epoch_checkpoints_sort_by_number(tmp_path):
+    run = RunDir(tmp_path)
+    run.checkpoints.mkdir()
+    for epoch in (999, 1000, 998, 10):
+        (run.checkpoints / f"epoch_{epoch:03d}.json").write_text("{}")
+    (run.checkpoints / "latest.json").write_text("{}")
+    assert run.epoch_names() == ["epoch_010", "epoch_998", "epoch_999", "epoch_1000"]
+    assert run.resume_points() == ["latest", "epoch_1000", "epoch_999", "epoch_998", "epoch_010"]

@@ -2,8 +2,11 @@
 batched = one at a time, and the scripts' behaviour on odd input. Beam search against an
 exhaustive search (and a host-side reference beam) on random models small enough to enumerate."""
 import dataclasses
+import gzip
 import itertools
 import json
+import subprocess
+import sys
 
 import mxnet as mx
 import numpy as onp
@@ -15,7 +18,7 @@ from mtx.model import Transformer
 from mtx.rundir import load_run
 from mtx.search import Translator, beam_search, greedy_search
 from mtx.vocab import BOS, EOS, PAD, SPECIALS
-from tests.conftest import run_script
+from tests.conftest import ROOT, run_script
 
 
 @pytest.fixture(scope="module")
@@ -104,18 +107,41 @@ def test_translate_script_keeps_one_line_per_input(toy_run):
 
 
 def test_translate_script_files_and_nbest(toy_run, tmp_path):
-    (tmp_path / "in.txt").write_text("w1 w2 w3\nw5 w6\n")
-    done = run_script("translate", f"ckpt={toy_run}", f"input={tmp_path / 'in.txt'}",
+    """A gzipped input with a byte-order mark and an empty line: every input line gets its N
+    rows (empty ones for the empty line), the mark is not part of the first line."""
+    with gzip.open(tmp_path / "in.txt.gz", "wb") as f:
+        f.write("\ufeffw1 w2 w3\n\nw5 w6\n".encode())
+    done = run_script("translate", f"ckpt={toy_run}", f"input={tmp_path / 'in.txt.gz'}",
                       f"output={tmp_path / 'out.txt'}", "decode.nbest=2",
                       f"attention_png={tmp_path / 'png'}")
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     rows = [r.split("\t") for r in (tmp_path / "out.txt").read_text().splitlines()]
-    assert [(r[0], r[1]) for r in rows] == [("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")]
+    assert [(r[0], r[1]) for r in rows] == [("1", "1"), ("1", "2"), ("2", "1"), ("2", "2"),
+                                            ("3", "1"), ("3", "2")]
     assert rows[0][3] == "w3 w2 w1" and float(rows[0][2]) >= float(rows[1][2])
+    assert rows[2][3] == rows[3][3] == ""
     pngs = sorted(p.name for p in (tmp_path / "png").glob("*.png"))
     assert pngs == ["decoder_cross_layer1.png", "decoder_cross_layer2.png",
                     "decoder_self_layer1.png", "decoder_self_layer2.png",
                     "encoder_self_layer1.png", "encoder_self_layer2.png"]
+
+
+def test_translate_script_empty_input_and_stdin_as_output(toy_run, tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    done = run_script("translate", f"ckpt={toy_run}", f"input={tmp_path / 'empty.txt'}",
+                      f"output={tmp_path / 'out.txt'}")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert (tmp_path / "out.txt").read_text() == ""
+    assert "empty.txt has no lines: nothing to translate" in done.stderr.decode()
+    data = tmp_path / "data.txt"  # output= the very file standard input reads: refused
+    data.write_text("w1 w2\n")
+    with open(data, "rb") as stdin:
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "translate.py"),
+                               f"ckpt={toy_run}", f"output={data}"], stdin=stdin,
+                              capture_output=True, cwd=ROOT)
+    assert done.returncode == 2 and "Traceback" not in done.stderr.decode()
+    assert f"output={data} is the file standard input reads" in done.stderr.decode()
+    assert data.read_text() == "w1 w2\n"
 
 
 def test_translate_script_bad_checkpoint_is_one_line(toy_run, tmp_path):

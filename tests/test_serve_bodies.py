@@ -14,7 +14,8 @@ from mtx.commands.serve import check_address  # noqa: E402
 from mtx.config import DecodeConfig, ModelConfig  # noqa: E402
 from mtx.errors import ConfigError  # noqa: E402
 from mtx.serving.bodies import (AttentionBody, Limits, RequestError, TranslateBody,  # noqa: E402
-                                check_gates, sentence_ids, settings, validation_message)
+                                check_decode_defaults, check_gates, sentence_ids, settings,
+                                validation_message)
 from mtx.serving.server import bind  # noqa: E402
 from mtx.serving.study import head_study  # noqa: E402
 from mtx.vocab import WordTokenizer  # noqa: E402
@@ -151,9 +152,21 @@ def test_a_busy_port_is_one_line_before_the_model_loads():
     ("127.0.0.1", 70000, 5, "port=70000: give a port number 1-65535, or 0"),
     ("127.0.0.1", "http", 5, "port=http: give a port number"),
     ("", 8000, 5, "host=: give an address such as 127.0.0.1"),
-    ("127.0.0.1", 8000, -1, "shutdown_seconds=-1: give 0 or more seconds")])
+    ("127.0.0.1", 8000, -1, "shutdown_seconds=-1: give 0 or more seconds"),
+    ("127.0.0.1", 8000, "abc", "shutdown_seconds=abc: give 0 or more seconds"),
+    ("127.0.0.1", 8000, None, "shutdown_seconds=None: give 0 or more seconds")])
 def test_bad_addresses_are_refused(host, port, shutdown, words):
     cfg = SimpleNamespace(host=host, port=port, shutdown_seconds=shutdown)
     with pytest.raises(ConfigError, match=re.escape(words)):
         check_address(cfg)
     check_address(SimpleNamespace(host="127.0.0.1", port=0, shutdown_seconds=0))  # all fine
+
+
+@pytest.mark.parametrize("decode, words", [
+    ({"beam_size": 20}, "decode.beam_size=20 is above limits.max_beam_size=16"),
+    ({"length_penalty": 12.0}, "decode.length_penalty=12.0: the server takes 0 to 10")])
+def test_decode_defaults_a_request_could_not_ask_for_are_refused_at_start(decode, words):
+    """Else the server would start and refuse every request that gives no settings of its own."""
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        check_decode_defaults(DecodeConfig(**decode), Limits())
+    check_decode_defaults(DecodeConfig(beam_size=16, length_penalty=10.0), Limits())  # the edge

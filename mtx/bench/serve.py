@@ -73,6 +73,20 @@ def one_at_a_time(run_dir, sentences, beam, seconds):
     return summary(latencies, 0, time.perf_counter() - start)
 
 
+def check_url(url):
+    """--url names a running mtx-serve: checked before any measurement."""
+    parts = urlparse(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ConfigError(f"--url {url}: give the server's address as http://HOST:PORT")
+    try:
+        health = Client(url, 1).get("/health")
+    except (OSError, http.client.HTTPException, ValueError) as err:
+        raise ConfigError(f"--url {url}: no mtx-serve answers there ({err}); start one "
+                          f"(mtx-serve ckpt=<run>) or leave --url out to start it here") from None
+    if not isinstance(health, dict):
+        raise ConfigError(f"--url {url}: /health did not answer as mtx-serve does")
+
+
 class Client:
     """One keep-alive HTTP connection to the server; `translate` -> (ok, seconds)."""
 
@@ -174,9 +188,12 @@ def measure_serve(args):
     from .inputs import run_seed, test_text
     from .machine import describe
     from ..rundir import RunDir
-    clients = [int(n) for n in args.clients.split(",") if n]
-    if not clients or min(clients) < 1:
+    clients = [n.strip() for n in args.clients.split(",") if n.strip()]
+    if not clients or not all(n.isdigit() and int(n) >= 1 for n in clients):
         raise ConfigError(f"--clients {args.clients}: give client counts such as 1,4,16")
+    clients = [int(n) for n in clients]
+    if args.url:
+        check_url(args.url)
     sentences = test_text(RunDir(args.run).data_config(), args.max_sentences,
                           run_seed(args.run))[0]
     report = {"machine": describe(), "run": str(args.run), "beam": args.beam,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as onp
 
+from ..errors import ConfigError
 from ..vocab import output_subwords
 from . import inputs
 from .flops import decode_step_parts, step_products, train_flops
@@ -29,7 +30,6 @@ from .machine import decode_parts_speed, kernel_status, products_speed
 WARMUP_STEPS = 20                # training steps before any timing (graphs, allocator, caches)
 WINDOW_SECONDS = 10.0            # training throughput: the median over windows this long
 DECODE_WARMUP_STEPS = 4          # forced steps of one untimed decode of the first batch
-TRANSLATE_WARMUP_SENTENCES = 32  # translated once, untimed, before the timed translation
 PROFILE_MIN_MS = 1.0             # operators under this many ms per step are left out
 
 
@@ -196,13 +196,13 @@ def measure_translate(run_dir, beam, max_sentences=None, profile=False):
     With ``profile`` the timed pass runs under MXNet's profiler and the result also has
     {operator: ms over the pass} (the wall time then includes the profiler's cost)."""
     import mxnet as mx
-    from ..evaluation import translate_and_score
+    from ..evaluation import WARMUP_SENTENCES, translate_and_score
     from ..rundir import load_run
     model, tokenizer, data_cfg = load_run(run_dir, mx.cpu())
     model.hybridize(static_alloc=True)
     src, ref = inputs.test_text(data_cfg, max_sentences, inputs.run_seed(run_dir))
     cfg = inputs.decode_config(beam)
-    warm = slice(TRANSLATE_WARMUP_SENTENCES)
+    warm = slice(WARMUP_SENTENCES)
     translate_and_score(model, tokenizer, cfg, mx.cpu(), src[warm], ref[warm], data_cfg.tgt_lang)
 
     def translate():
@@ -222,10 +222,11 @@ def measure_translate(run_dir, beam, max_sentences=None, profile=False):
 
 
 def timed_translation(translator, tokenizer, src, ref):
-    """Translate ``src`` once untimed (its first TRANSLATE_WARMUP_SENTENCES lines), then timed:
+    """Translate ``src`` once untimed (its first `WARMUP_SENTENCES` lines), then timed:
     seconds, sentences/s, output subwords/s (EOS included) and sacreBLEU."""
     from ..bleu import sacre_bleu
-    translator.translate(src[:TRANSLATE_WARMUP_SENTENCES])
+    from ..evaluation import WARMUP_SENTENCES
+    translator.translate(src[:WARMUP_SENTENCES])
     tic = time.perf_counter()
     hyps = translator.translate(src)
     seconds = time.perf_counter() - tic
@@ -280,6 +281,7 @@ def compare_runs(run_dirs, data_name, steps, rounds, beam=None):
     from ..rundir import load_run
     from ..vocab import BOS
     from .impls import cached_greedy
+    runs_corpus(run_dirs)  # runs of one corpus and pair, before any model loads
     data_cfg = inputs.data_config(data_name)
     batches = inputs.decode_batches(inputs.load_corpus(data_cfg))
     models, tokenizers = {}, {}
@@ -308,20 +310,38 @@ def compare_runs(run_dirs, data_name, steps, rounds, beam=None):
             "step_ms": round(1000 * min(s) / (steps * len(batches)), 3),
             "parts_ms": parts, "products_ms": round(sum(parts.values()), 3)}
     if beam:
-        for run_dir, result in beam_rounds(models, tokenizers, data_cfg, beam, rounds).items():
+        for run_dir, result in beam_rounds(models, tokenizers, beam, rounds).items():
             results[run_dir]["beam"] = result
     return results
 
 
-def beam_rounds(models, tokenizers, data_cfg, beam, rounds):
-    """{run: its translation of the test split at beam ``beam`` (conf/decode/beam.yaml), the
-    models in turn, ``rounds`` times (`translation_rounds`): "seconds" per round, the fastest,
-    its speed-up against the first run, sacreBLEU and the output subwords}."""
+def runs_corpus(run_dirs):
+    """The DataConfig the runs were trained on (the first's; None for runs without data.json);
+    ConfigError when they differ in corpus or language pair (their translations would be scored
+    against different references)."""
+    from ..rundir import RunDir
+    configs = [RunDir(run_dir).data_config() for run_dir in run_dirs]
+    pairs = {(c.name, c.src_lang, c.tgt_lang) for c in configs if c is not None}
+    if len(pairs) > 1:
+        raise ConfigError(f"the runs were trained on {' and '.join(map(str, sorted(pairs)))}: "
+                          f"compare runs of one corpus and language pair")
+    return configs[0]
+
+
+def beam_rounds(models, tokenizers, beam, rounds):
+    """{run: its translation of the test split of the runs' own corpus (`runs_corpus`; a toy
+    run's drawn with its seed) at beam ``beam`` (conf/decode/beam.yaml), the models in turn,
+    ``rounds`` times (`translation_rounds`): "seconds" per round, the fastest, its speed-up
+    against the first run, sacreBLEU and the output subwords}."""
     import mxnet as mx
     from ..evaluation import translation_rounds
-    src, ref = inputs.test_text(data_cfg)
+    first = next(iter(models))
+    data_cfg = runs_corpus(list(models))
+    if data_cfg is None:
+        raise ConfigError(f"{first} has no data.json: --beam translates a run's own test split")
+    src, ref = inputs.test_text(data_cfg, seed=inputs.run_seed(first))
     timings = translation_rounds(models, tokenizers, inputs.decode_config(beam), mx.cpu(), src,
-                                 ref, data_cfg.tgt_lang, rounds, TRANSLATE_WARMUP_SENTENCES)
+                                 ref, data_cfg.tgt_lang, rounds)
     base = next(iter(timings.values()))["best"]
     return {run: {"beam_size": beam, "seconds": t["seconds"], "best": t["best"],
                   "speedup_vs_first": round(base / t["best"], 3),

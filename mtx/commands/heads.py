@@ -56,6 +56,10 @@ def heads_to_remove(cfg, model_cfg):
         if (cfg.target_heads is None) == (cfg.prune_fraction is None):
             raise ConfigError("method=l0 needs exactly one of target_heads= (heads to keep) and "
                               "prune_fraction= (fraction to remove), e.g. prune_fraction=0.75")
+        if not ((cfg.l0.minutes or 0) > 0 or (cfg.l0.max_steps or 0) >= 1):
+            raise ConfigError(f"l0.minutes={cfg.l0.minutes}, l0.max_steps={cfg.l0.max_steps}: "
+                              f"the gates need minutes > 0 or max_steps >= 1 to learn, e.g. "
+                              f"l0.minutes=10")
         if not 0 <= cfg.l0.anneal <= 1:
             raise ConfigError(f"l0.anneal={cfg.l0.anneal}: the part of the budget over which the "
                               f"aim falls to the target must be between 0 and 1, e.g. 0.6")
@@ -77,12 +81,33 @@ def heads_to_remove(cfg, model_cfg):
     return total - keep
 
 
+def check_counts(cfg):
+    """timing_rounds=, max_sentences= and random_orders= are whole numbers that can work."""
+    def whole(value):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if not (whole(cfg.timing_rounds) and cfg.timing_rounds >= 1):
+        raise ConfigError(f"timing_rounds={cfg.timing_rounds}: give 1 or more rounds")
+    if cfg.max_sentences is not None and not (whole(cfg.max_sentences) and cfg.max_sentences >= 1):
+        raise ConfigError(f"max_sentences={cfg.max_sentences}: give 1 or more sentences, or null "
+                          f"for the whole split")
+    if not (whole(cfg.random_orders) and cfg.random_orders >= 0):
+        raise ConfigError(f"random_orders={cfg.random_orders}: give 0 or more orders")
+
+
 def setup(cfg):
     """The run, its corpus and every setting of the study, checked before any work."""
+    check_counts(cfg)
     ctx, run_dir = resolve_device(cfg.device), Path(cfg.ckpt)
     decode_cfg = typed(cfg, "decode")
     model, tokenizer, data_cfg = load_run(run_dir, ctx, cfg.checkpoint)
+    if model.cfg.heads_per_layer is not None:
+        raise ConfigError(f"ckpt={cfg.ckpt} keeps {model.cfg.heads_per_layer} heads per attention "
+                          f"layer (a pruned model): mtx-heads studies a model with the same "
+                          f"heads in every layer; give the run it was pruned from")
     out = writable_out_dir(cfg, "heads")
+    if (out / "pruned").exists():
+        raise ConfigError(f"{out / 'pruned'} holds the pruned model of an earlier study; give "
+                          f"this one another out_dir= (or delete that folder)")
     run_cfg = RunDir(run_dir).train_config()
     if data_cfg.name == "multi30k":
         data_cfg = dataclasses.replace(data_cfg, raw_dir=cfg.raw_dir)

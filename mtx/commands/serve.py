@@ -10,7 +10,7 @@ from ..config import from_dict
 from ..devices import use_numpy_interface
 from ..errors import ConfigError
 from ..rundir import RunDir
-from .common import decoding_setup, hydra_command
+from .common import decoding_setup, hydra_command, typed
 
 log = logging.getLogger("mtx.serve")
 DECODING_PRECISION = "float32"  # load_run builds the model in float32; serving computes in it
@@ -31,7 +31,8 @@ def check_address(cfg):
         raise ConfigError(f"port={cfg.port}: give a port number 1-65535, or 0 for a free one")
     if not isinstance(cfg.host, str) or not cfg.host:
         raise ConfigError(f"host={cfg.host}: give an address such as 127.0.0.1")
-    if cfg.shutdown_seconds is None or cfg.shutdown_seconds < 0:
+    seconds = cfg.shutdown_seconds
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds >= 0:
         raise ConfigError(f"shutdown_seconds={cfg.shutdown_seconds}: give 0 or more seconds")
 
 
@@ -48,11 +49,12 @@ def checkpoint_info(cfg):
 def serve(cfg):
     """Load the run ``cfg.ckpt``, warm it up, and serve it on ``cfg.host``:``cfg.port``."""
     check_serving_installed()
-    from ..serving.bodies import Limits
+    from ..serving.bodies import Limits, check_decode_defaults
     from ..serving.server import bind, serve as run_server
     from ..serving.service import Batching, build_service
     check_address(cfg)
     limits = from_dict(Limits, OmegaConf.to_container(cfg.limits), "limits")
+    check_decode_defaults(typed(cfg, "decode"), limits)
     batching = from_dict(Batching, OmegaConf.to_container(cfg.batching), "batching")
     sock = bind(cfg.host, cfg.port)
     use_numpy_interface()

@@ -2,6 +2,7 @@
 input order (decode.nbest=N>1: N lines ``LINE<TAB>RANK<TAB>SCORE<TAB>TEXT`` per input line)."""
 import logging
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -28,9 +29,20 @@ def check_paths(cfg):
         check_attention_png(cfg)
     if cfg.output:
         writable_file(cfg.output, "output")
-        if cfg.input and os.path.exists(cfg.output) and os.path.samefile(cfg.input, cfg.output):
-            raise ConfigError(f"output={cfg.output} is the input file; writing would erase it "
-                              f"before it is read: choose another output file")
+        if reads_output(cfg.input or 0, cfg.output):  # 0: standard input
+            what = "the input file" if cfg.input else "the file standard input reads"
+            raise ConfigError(f"output={cfg.output} is {what}; writing would erase it before it "
+                              f"is read: choose another output file")
+
+
+def reads_output(source, output):
+    """Whether ``source`` (a path, or a file descriptor such as stdin's) is the existing regular
+    file ``output``."""
+    try:
+        out, src = os.stat(output), os.stat(source)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(out.st_mode) and os.path.samestat(src, out)
 
 
 def check_attention_png(cfg):
@@ -67,8 +79,7 @@ def attention_png(cfg, translator):
     translation (as decode.* found it, cut like the translation), written into DIR."""
     from ..pictures import attention_pictures
     from ..search import attention_axes, attention_of
-    with open(cfg.input, encoding="utf-8", errors="replace") as f:
-        line = f.readline().strip()
+    line = next(file_chunks(cfg.input, chunk_lines=1), [(1, "")])[0][1].strip()
     src_ids = translator.tokenizer.encode([line])[0][:translator.max_src_len]
     out_ids = translator.translate_ids([src_ids])[0][0][0]
     weights = attention_of(translator.model, src_ids, out_ids, translator.ctx)
@@ -95,16 +106,19 @@ def translate(cfg):
     translator, decode_cfg = make_translator(cfg)
     log.info("translating %s with %s", cfg.input or "standard input, line by line", cfg.ckpt)
     chunks = file_chunks(cfg.input) if cfg.input else stream_chunks(sys.stdin.fileno())
-    out = open_output(cfg.output)
+    out, lines_read = open_output(cfg.output), 0
     try:
         for chunk in chunks:
+            lines_read += len(chunk)
             numbers, lines = zip(*chunk)
             results = translator.translate_nbest(list(lines), first_line=numbers[0])
             for number, nbest in zip(numbers, results):
                 out.write(format_nbest(number, nbest) if decode_cfg.nbest > 1
                           else nbest[0][0] + "\n")
             out.flush()
-        if cfg.attention_png:
+        if not lines_read:
+            log.warning("%s has no lines: nothing to translate", cfg.input or "standard input")
+        elif cfg.attention_png:
             attention_png(cfg, translator)  # an mtx Translator: check_attention_png
     finally:
         if out is not sys.stdout:

@@ -47,12 +47,10 @@ def gnmt_penalty(length, alpha):
 
 
 def ct2_device(device):
-    """mtx's device names (cpu, cpu:N, gpu, gpu:N, auto) -> (CTranslate2 device, index)."""
-    from ..errors import ConfigError
-    kind, _, index = str(device).partition(":")
-    if kind not in DEVICES or (index and not index.isdigit()):
-        raise ConfigError(f"device={device} is not a device name: use cpu, gpu, gpu:N or auto")
-    return DEVICES[kind], int(index or 0) if kind == "gpu" else 0
+    """mtx's device names (`mtx.config.parse_device`) -> (CTranslate2 device, index)."""
+    from ..config import parse_device
+    kind, index = parse_device(device)
+    return DEVICES[kind], index if kind == "gpu" else 0
 
 
 def output_limit(num_src_ids, decode_cfg, max_len):
@@ -114,7 +112,7 @@ class CTranslate2Translator(LineTranslator):
 
     def translate_ids(self, src_ids):
         """Lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of them)."""
-        results = [[([], 0.0)] for _ in src_ids]
+        results = [[([], 0.0)] * self.cfg.nbest for _ in src_ids]  # an empty line: empty texts
         groups = {}
         for i, ids in enumerate(src_ids):
             if ids:

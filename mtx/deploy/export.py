@@ -158,8 +158,9 @@ def _check_quantization(quantization):
 
 
 def _prepare_output(output):
-    """The output directory may be new, empty, or an earlier export (replaced)."""
-    output = Path(output)
+    """The output directory may be new, empty, or an earlier export (replaced); an absolute path
+    (``output=.`` has no name to put a staging folder beside)."""
+    output = Path(os.path.abspath(output))
     if output.exists() and not output.is_dir():
         raise FileWriteError(f"output={output} is a file; give a directory")
     if output.is_dir() and any(output.iterdir()) and not (output / EXPORT_INFO).is_file():

@@ -38,6 +38,21 @@ class Limits:
                 raise ConfigError(f"limits.{key}={value} must be at least 1")
 
 
+MAX_LENGTH_PENALTY = 10
+
+
+def check_decode_defaults(decode_cfg, limits):
+    """The server's decode.* are what a request without its own settings gets: they must be
+    within what a request may ask for, or every such request would be refused."""
+    if decode_cfg.beam_size > limits.max_beam_size:
+        raise ConfigError(f"decode.beam_size={decode_cfg.beam_size} is above "
+                          f"limits.max_beam_size={limits.max_beam_size}: lower the one or raise "
+                          f"the other")
+    if decode_cfg.length_penalty > MAX_LENGTH_PENALTY:
+        raise ConfigError(f"decode.length_penalty={decode_cfg.length_penalty}: the server takes "
+                          f"0 to {MAX_LENGTH_PENALTY}")
+
+
 class _Decoding(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     beam_size: Optional[int] = None         # None: the server's decode.beam_size
@@ -62,8 +77,9 @@ def settings(body, limits, decode_cfg, model_cfg):
     if not 1 <= beam <= limits.max_beam_size:
         raise RequestError(f"beam_size={beam}: give 1 to {limits.max_beam_size}")
     alpha = decode_cfg.length_penalty if body.length_penalty is None else body.length_penalty
-    if not (math.isfinite(alpha) and 0 <= alpha <= 10):
-        raise RequestError(f"length_penalty={alpha}: give a number from 0 to 10")
+    if not (math.isfinite(alpha) and 0 <= alpha <= MAX_LENGTH_PENALTY):
+        raise RequestError(f"length_penalty={alpha}: give a number from 0 to "
+                           f"{MAX_LENGTH_PENALTY}")
     nbest = getattr(body, "nbest", 1)
     if not 1 <= nbest <= beam:
         raise RequestError(f"nbest={nbest}: give 1 to beam_size ({beam})")

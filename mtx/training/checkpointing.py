@@ -50,29 +50,31 @@ class Checkpointing:
     def interrupted(self, step):
         """The model at Ctrl-C, as checkpoint `interrupted` (not a resume point)."""
         self.run.save("interrupted", self.pieces.model, ema=self.pieces.ema, step=step)
+        where = ("continues from the last resume point" if self.run.resume_points() else
+                 "starts it again (no resume point yet: the first comes after "
+                 "train.save_every_minutes)")
         log.warning("interrupted at step %d: the model is checkpoint 'interrupted'; "
-                    "train.resume=true hydra.run.dir=%s continues from the last resume point",
-                    step, self.run.path)
+                    "train.resume=true hydra.run.dir=%s %s", step, self.run.path, where)
 
     def restore(self):
         """Load the newest intact resume point, `latest`, else the newest intact epoch checkpoint
         (a damaged one is skipped with a warning); returns its `TrainState`, or None when the run
-        has no checkpoint yet."""
+        has no resume point yet (stopped before its first: it starts again)."""
         model = self.pieces.model
-        for name in ["latest"] + self.run.epoch_names()[::-1]:
+        names = self.run.resume_points()
+        for name in names:
             try:
                 manifest = self.run.verify(name, model.cfg)
                 state = TrainState.from_dict(manifest["state"])
                 self.run.load(manifest, model, self.pieces.ctxs, self.pieces.trainer,
                               self.pieces.ema)
             except CheckpointError as err:
-                if name != "latest" or (self.run.checkpoints / "latest.json").exists():
-                    log.warning("skipping %s: %s", name, err)
+                log.warning("skipping %s: %s", name, err)
                 continue
             log.info("resumed from %s (epoch %d, batch %d of the next, step %d)", name,
                      state.epoch, state.batch_in_epoch, state.step)
             return state
-        if self.run.manifests():
+        if names:
             raise CheckpointError(f"{self.run.path}: no intact checkpoint matches this config; "
                                   f"resume with the run's own settings")
         return None

@@ -7,6 +7,7 @@ from .. import faults, kernels
 from ..corpus import (load_corpus, load_tokenizer, save_tokenizer, tokenizer_file,
                       tokenizer_sha256)
 from ..devices import resolve_device, seed_everything
+from ..checkpoints import RESUME_HINT
 from ..errors import CheckpointError, DataError
 from ..evaluation import translate_and_score
 from ..files import atomic_write_text
@@ -59,10 +60,13 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
         raise CheckpointError(f"{run.path} already holds a run; continue it with "
                               f"train.resume=true or choose a new hydra.run.dir")
     corpus = load_corpus(data_cfg, data_dir, seed, load_tokenizer(run.path) if resuming else None)
+    corpus.train_pairs(data_cfg.max_len)  # none left: a ConfigError before the run is written
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
     if train_cfg.resume:
         run.check_identity(identity)
+        if run.resume_points():  # else it starts again, with the settings given now
+            run.check_settings(config_yaml)
     if is_chief:
         run.start(identity, model_cfg, data_cfg, config_yaml)
         save_tokenizer(corpus.tokenizer, run.path)
@@ -149,7 +153,7 @@ def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_min
             fit.model, fit.corpus.tokenizer, decode_cfg, fit.pieces.ctxs[0], *text,
             data_cfg.tgt_lang)
         atomic_write_text(run.path / f"{name}.hyp.{data_cfg.tgt_lang}",
-                          "\n".join(hypotheses) + "\n")
+                          "\n".join(hypotheses) + "\n", RESUME_HINT)
     report = {"src_lang": data_cfg.src_lang, "tgt_lang": data_cfg.tgt_lang,
               "data": data_cfg.name, "parameters": fit.model.count_parameters(),
               "model": dataclasses.asdict(model_cfg), "train_minutes": round(train_minutes, 2),
@@ -157,7 +161,7 @@ def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_min
               "precision": fit.pieces.precision, "native_kernels": kernels.status(),
               "devices": [str(c) for c in fit.pieces.ctxs], "workers": fit.parallel.num_workers,
               "scores": scores}
-    run.write_json("report.json", report)
+    run.write_json("report.json", report, RESUME_HINT)  # resuming redoes only this report
     records = run.metrics()
     if records:
         learning_curve(records, run.path / "learning_curve.png")
