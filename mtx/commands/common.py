@@ -220,6 +220,9 @@ def writable_out_dir(cfg, name):
     """Where evaluate/heads write: ``out_dir=``, else <run>/<name>; created and checked before
     any work (a run directory can be read-only, e.g. a shared copy)."""
     path = Path(cfg.out_dir) if cfg.get("out_dir") else Path(cfg.ckpt) / name
+    if path.exists() and not path.is_dir():
+        key = "out_dir=" if cfg.get("out_dir") else ""
+        raise FileWriteError(f"{key}{path} is a file; give a directory as out_dir=")
     try:
         path.mkdir(parents=True, exist_ok=True)
         problem = None if os.access(path, os.W_OK | os.X_OK) else "Permission denied"
