@@ -86,9 +86,9 @@ class CheckpointStore:
         manifest = {k: v for k, v in manifest.items() if k != "paths"}  # as `verify` adds
         atomic_write_json(self.checkpoints / f"{name}.json", manifest, RESUME_HINT)
 
-    def verify(self, name, model_cfg=None):
-        """The manifest of checkpoint ``name`` (or a path to one) after checking that every file
-        is there with its SHA-256 and that it belongs to ``model_cfg`` (default: the run's)."""
+    def manifest_path(self, name):
+        """The manifest of checkpoint ``name`` (or a path to one); CheckpointError listing the
+        run's checkpoints when the run has none of that name (nothing is read)."""
         path = Path(name) if str(name).endswith(".json") else self.checkpoints / f"{name}.json"
         if not path.is_file() and path.parent == self.checkpoints:
             names = [p.stem for p in self.manifests()]
@@ -97,6 +97,12 @@ class CheckpointStore:
                     f"choose checkpoint= one of {', '.join(names)} (or last, average_last_N)"
                     if names else "it has no checkpoint yet (stopped in its first epoch?); "
                     "resume it with train.resume=true hydra.run.dir=<the run>"))
+        return path
+
+    def verify(self, name, model_cfg=None):
+        """The manifest of checkpoint ``name`` (or a path to one) after checking that every file
+        is there with its SHA-256 and that it belongs to ``model_cfg`` (default: the run's)."""
+        path = self.manifest_path(name)
         manifest = read_json(path, CheckpointError, "checkpoint manifest")
         try:
             files, sha = _files_of(manifest, path), manifest["sha256"]

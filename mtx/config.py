@@ -41,6 +41,16 @@ def read_config(cls, path, what):
         raise CheckpointError(f"{path}: not a valid {what} ({err})") from None
 
 
+def is_whole(value):
+    """An int of a config (YAML reads ``true`` as a bool, which Python counts as the int 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value):
+    """An int or float of a config, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def from_dict(cls, values, section):
     """Build dataclass ``cls`` from a mapping. ConfigError names ``section.key`` for an unknown
     key, and for a value whose type does not fit the field's (int; float, which takes an int
@@ -300,8 +310,8 @@ class TrainConfig:
 @dataclass(frozen=True)
 class DecodeConfig:
     beam_size: int = 5
-    length_penalty: float = 1.5     # GNMT alpha: score / ((5 + len) / 6) ** alpha; chosen on val
-    max_len_a: float = 1.5          # max output length = a * source length + b
+    length_penalty: float = 1.5     # GNMT alpha (`gnmt_penalty`), 0 to 10; chosen on val
+    max_len_a: float = 1.5          # max output length = a * source length + b (`output_limits`)
     max_len_b: int = 10
     nbest: int = 1
     batch_tokens: int = 4096
@@ -316,10 +326,35 @@ class DecodeConfig:
             raise ConfigError(f"decode.beam_size={self.beam_size} must be at least 1")
         if not 1 <= self.nbest <= self.beam_size:
             raise ConfigError(f"decode.nbest={self.nbest} must be between 1 and decode.beam_size")
-        if not (math.isfinite(self.length_penalty) and self.length_penalty >= 0):
-            raise ConfigError(f"decode.length_penalty={self.length_penalty}: give a number >= 0 "
-                              f"(0: no penalty; 1.5 the default)")
-        if self.max_len_a < 0 or self.max_len_b < 0 or self.max_len_a == self.max_len_b == 0:
+        if not (math.isfinite(self.length_penalty)
+                and 0 <= self.length_penalty <= MAX_LENGTH_PENALTY):
+            raise ConfigError(f"decode.length_penalty={self.length_penalty}: give a number from "
+                              f"0 (no penalty) to {MAX_LENGTH_PENALTY}; 1.5 is the default")
+        if self.batch_tokens < 1:
+            raise ConfigError(f"decode.batch_tokens={self.batch_tokens}: give 1 or more source "
+                              f"subwords per batch")
+        if (not math.isfinite(self.max_len_a) or self.max_len_a < 0 or self.max_len_b < 0
+                or self.max_len_a == self.max_len_b == 0):
             raise ConfigError(f"decode.max_len_a={self.max_len_a}, decode.max_len_b="
                               f"{self.max_len_b}: the output limit a * source length + b needs "
                               f"a, b >= 0 and one of them > 0")
+
+
+# Above it, ((5 + length) / 6) ** alpha soon leaves float32's range and every hypothesis of a
+# long sentence scores the same.
+MAX_LENGTH_PENALTY = 10
+
+
+def gnmt_penalty(length, alpha):
+    """The GNMT length penalty ``((5 + length) / 6) ** alpha`` (Wu et al. 2016): beam search
+    ranks a hypothesis by its sum of log-probabilities divided by it; a number or an array."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def output_limits(src_valid_len, max_len_a, max_len_b, max_src_len):
+    """Output subwords allowed for sources of ``src_valid_len`` ids (their EOS included), a
+    number or an array: ``ceil(a * src_valid_len + b)``, at most the model's ``max_src_len``
+    positions (at least 1, since `DecodeConfig` keeps a or b above 0)."""
+    import numpy as onp
+    return onp.minimum(onp.ceil(max_len_a * onp.asarray(src_valid_len) + max_len_b),
+                       max_src_len).astype("int64")

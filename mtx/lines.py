@@ -2,6 +2,7 @@
 translate, from files a chunk at a time or from stdin as lines arrive (so a terminal or a pipe
 gets each translation as soon as its line is complete, and a burst of lines is one batch); and
 the line-in, line-out frame every translator shares (`LineTranslator`)."""
+import contextlib
 import gzip
 import os
 import sys
@@ -10,33 +11,62 @@ from .errors import DataError
 
 BOM = "\ufeff"           # a byte-order mark some editors put before a file's first line
 FILE_CHUNK_LINES = 1000  # lines of a file read (and translated, and written) together
+GZIP_MAGIC = b"\x1f\x8b"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+STDIN = "standard input"
 
 
+@contextlib.contextmanager
 def _open(path):
-    """A text file (``.gz`` or plain) opened for reading bytes."""
-    return (gzip.open if str(path).endswith(".gz") else open)(path, "rb")
+    """A text file open for reading bytes: gzip-compressed (by its first bytes, whatever its
+    name) or plain. The first bytes are looked at, not read, so a pipe loses nothing."""
+    with open(path, "rb") as f:
+        if f.peek(2)[:2] == GZIP_MAGIC:
+            with gzip.GzipFile(fileobj=f) as unpacked:
+                yield unpacked
+        else:
+            yield f
+
+
+def _check_start(head, what):
+    """DataError when the first bytes ``head`` of ``what`` show text that is not UTF-8 (UTF-16),
+    or, for standard input, compressed."""
+    if head.startswith(UTF16_BOMS):
+        raise DataError(f"{what} is UTF-16 text; convert it to UTF-8 first, e.g. iconv -f UTF-16 "
+                        f"-t UTF-8")
+    if what == STDIN and head.startswith(GZIP_MAGIC):
+        raise DataError("standard input is gzip-compressed; pipe it through zcat, or give the "
+                        "file as input=")
 
 
 def _without_bom(text, number):
     return text[1:] if number == 1 and text.startswith(BOM) else text
 
 
-def read_lines(path):
-    """Lines of a UTF-8 text file (``.gz`` or plain), without newlines (nor a first line's
-    byte-order mark); DataError names the line of any invalid UTF-8, or the file when it is
-    missing or a directory."""
-    lines = []
+def _numbered_lines(path):
+    """(line number from 1, bytes with the newline) of a file (gzip-compressed or plain);
+    DataError names the file when it is missing, a directory, unreadable or UTF-16."""
     try:
         with _open(path) as f:
             for number, raw in enumerate(f, 1):
-                try:
-                    lines.append(_without_bom(raw.decode("utf-8").rstrip("\r\n"), number))
-                except UnicodeDecodeError:
-                    raise DataError(f"{path}:{number}: not valid UTF-8; fix or remove that "
-                                    f"line") from None
+                if number == 1:
+                    _check_start(raw, str(path))
+                yield number, raw
     except (OSError, EOFError) as err:
         raise DataError(f"cannot read {path} ({getattr(err, 'strerror', None) or err}); "
                         f"give an existing, readable text file") from None
+
+
+def read_lines(path):
+    """Lines of a UTF-8 text file (gzip-compressed or plain), without newlines (nor a first line's
+    byte-order mark); DataError names the line of any invalid UTF-8, or the file when it is
+    missing or a directory."""
+    lines = []
+    for number, raw in _numbered_lines(path):
+        try:
+            lines.append(_without_bom(raw.decode("utf-8").rstrip("\r\n"), number))
+        except UnicodeDecodeError:
+            raise DataError(f"{path}:{number}: not valid UTF-8; fix or remove that line") from None
     return lines
 
 
@@ -69,47 +99,57 @@ def decode_line(raw, number, warn=sys.stderr):
 
 
 def file_chunks(path, chunk_lines=FILE_CHUNK_LINES):
-    """The lines of a file (``.gz`` or plain) in chunks of ``chunk_lines``: [(line number,
+    """The lines of a file (gzip-compressed or plain) in chunks of ``chunk_lines``: [(line number,
     text)], none for an empty file. (A chunk is translated and written before the next is read:
     an interrupted translation keeps the lines it finished.)"""
     chunk = []
-    try:
-        with _open(path) as f:
-            for number, raw in enumerate(f, 1):
-                chunk.append((number, decode_line(raw, number)))
-                if len(chunk) == chunk_lines:
-                    yield chunk
-                    chunk = []
-    except (OSError, EOFError) as err:
-        raise DataError(f"cannot read {path} ({getattr(err, 'strerror', None) or err}); "
-                        f"give an existing, readable text file") from None
+    for number, raw in _numbered_lines(path):
+        chunk.append((number, decode_line(raw, number)))
+        if len(chunk) == chunk_lines:
+            yield chunk
+            chunk = []
     if chunk:
         yield chunk
 
 
 def stream_chunks(fd, read_size=1 << 16):
-    """Complete lines from a file descriptor, grouped by what arrived together."""
-    pending, number = b"", 0
+    """Complete lines from a file descriptor (standard input), grouped by what arrived
+    together. (A line's parts are joined once it ends: a long line costs its length.)"""
+    parts, number = [], 0
     while True:
         data = os.read(fd, read_size)
         if not data:
             break
-        pending += data
-        *complete, pending = pending.split(b"\n")
-        if complete:
-            chunk = []
-            for raw in complete:
-                number += 1
-                chunk.append((number, decode_line(raw, number)))
-            yield chunk
-    if pending:
-        yield [(number + 1, decode_line(pending, number + 1))]
+        if number == 0 and not parts:
+            _check_start(data, STDIN)
+        if b"\n" not in data:
+            parts.append(data)
+            continue
+        *complete, rest = (b"".join(parts) + data).split(b"\n")
+        parts = [rest] if rest else []
+        chunk = []
+        for raw in complete:
+            number += 1
+            chunk.append((number, decode_line(raw, number)))
+        yield chunk
+    if parts:
+        yield [(number + 1, decode_line(b"".join(parts), number + 1))]
 
 
 class LineTranslator:
-    """Lines of text -> lines of text around a subclass's `translate_ids` (source ids -> per
-    sentence [(ids, score)], best first): tokenize, cut lines longer than the model's positions,
-    detokenize. Needs ``tokenizer`` and ``max_src_len``."""
+    """Lines of text -> lines of text around a subclass's `search` (non-empty source id lists
+    -> per sentence [(ids, score)], nbest of them, best first): tokenize, cut lines longer than
+    the model's positions, give empty lines empty translations, detokenize. Needs
+    ``tokenizer``, ``max_src_len`` and ``cfg`` (a `DecodeConfig`)."""
+
+    def translate_ids(self, src_ids):
+        """Lists of source ids (no EOS) -> per sentence [(ids, score)], nbest of them; an empty
+        source gets nbest empty hypotheses without a search."""
+        results = [[([], 0.0)] * self.cfg.nbest for _ in src_ids]
+        todo = [i for i, ids in enumerate(src_ids) if ids]
+        for i, hyps in zip(todo, self.search([src_ids[i] for i in todo])):
+            results[i] = hyps
+        return results
 
     def translate(self, lines):
         """Lines -> best translation of each (str)."""
@@ -125,8 +165,13 @@ class LineTranslator:
                 print(f"warning: line {number} has {len(ids)} subwords; translating the first "
                       f"{self.max_src_len}", file=sys.stderr)
                 del ids[self.max_src_len:]
-        out = []
-        for nbest in self.translate_ids(src_ids):
-            texts = self.tokenizer.decode([ids for ids, _ in nbest])
-            out.append([(text, score) for text, (_, score) in zip(texts, nbest)])
-        return out
+        return nbest_texts(self.tokenizer, self.translate_ids(src_ids))
+
+
+def nbest_texts(tokenizer, results):
+    """Per sentence [(ids, score)] -> per sentence [(text, score)]."""
+    out = []
+    for nbest in results:
+        texts = tokenizer.decode([ids for ids, _ in nbest])
+        out.append([(text, score) for text, (_, score) in zip(texts, nbest)])
+    return out

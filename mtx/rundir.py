@@ -80,13 +80,13 @@ class RunDir(CheckpointStore):
             return
         saved = OmegaConf.to_container(self.train_config(), resolve=True)
         now = OmegaConf.to_container(OmegaConf.create(resolved_config_yaml), resolve=True)
-        differ = [f"seed={saved['seed']} (now {now['seed']})"
-                  if "seed" in saved and "seed" in now and saved["seed"] != now["seed"] else None]
+        differ = []
+        if "seed" in saved and "seed" in now and saved["seed"] != now["seed"]:
+            differ.append(f"seed={saved['seed']} (now {now['seed']})")
         for section, free in RESUME_MAY_CHANGE.items():
             old, new = saved.get(section) or {}, now.get(section) or {}
             differ += [f"{section}.{key}={old[key]} (now {new[key]})"
                        for key in sorted(set(old) & set(new) - free) if old[key] != new[key]]
-        differ = [d for d in differ if d]
         if differ:
             raise CheckpointError(f"{self.path} was trained with {', '.join(differ)}; a resumed "
                                   f"run must take the same steps: resume with the run's own "
@@ -206,6 +206,25 @@ class RunDir(CheckpointStore):
             return names[-1]
         return which
 
+    def check_checkpoint(self, which="auto"):
+        """CheckpointError now if ``which`` (as `load_run` takes it) names no checkpoint of the
+        run: only names are looked at (`load_run` verifies the files)."""
+        name = self.checkpoint_name(which)
+        average = re.fullmatch(r"average_last_(\d+)", str(name))
+        if average:
+            self.last_epochs(int(average.group(1)))
+        else:
+            self.manifest_path(name)
+
+    def last_epochs(self, n):
+        """The names of the last ``n`` epoch checkpoints (checkpoint=average_last_N)."""
+        names = self.epoch_names()
+        if not 1 <= n <= len(names):
+            raise CheckpointError(f"checkpoint=average_last_{n}: {self.checkpoints} keeps "
+                                  f"{len(names)} epoch checkpoints (train.keep_last); pick N "
+                                  f"from 1 to {len(names)}")
+        return names[-n:]
+
     def manifest_of(self, params_file):
         """The manifest (path) of a checkpoint's .params file: the newest of the run's manifests
         that names it (a content-addressed params-<sha>.params), else the one beside it (an
@@ -231,13 +250,9 @@ def _load_average(run, n, ctx):
     """load_run's average_last_N: the mean of the last ``n`` epoch checkpoints."""
     from .corpus import load_tokenizer
     from .model import Transformer
-    names = run.epoch_names()
-    if not 1 <= n <= len(names):
-        raise CheckpointError(f"checkpoint=average_last_{n}: {run.checkpoints} keeps "
-                              f"{len(names)} epoch checkpoints (train.keep_last); pick N from 1 "
-                              f"to {len(names)}")
+    names = run.last_epochs(n)
     model = Transformer(run.model_config())
-    run.average_into(model, names[-n:], [ctx])
+    run.average_into(model, names, [ctx])
     return model, load_tokenizer(run.path), run.data_config()
 
 

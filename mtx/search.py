@@ -11,20 +11,11 @@ from mxnet import np, npx
 
 from . import ops
 from .batching import MAX_TRANSLATION_ROWS, length_groups
+from .config import gnmt_penalty, output_limits
 from .lines import LineTranslator
 from .vocab import BOS, EOS, PAD, SPECIALS
 
 NEG_INF = -1e30
-
-
-def _length_penalty(length, alpha):
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def _max_steps(src_valid_len, max_len_a, max_len_b, limit):
-    """Per-sentence output limits (B,) as a host array, and the batch's largest."""
-    limits = onp.minimum(onp.ceil(max_len_a * src_valid_len + max_len_b), limit).astype("int64")
-    return limits, int(limits.max())
 
 
 def _keep_rows(state, rows, sentences=None):
@@ -53,9 +44,8 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
     the batch: its result is read off the history and its rows are dropped from the cache."""
     B, K = src_tokens.shape[0], beam_size
     ctx = src_tokens.ctx
-    limits, steps = _max_steps(src_valid_len.asnumpy(), max_len_a, max_len_b,
-                               model.cfg.max_src_len)
-    steps = max(steps, 1)  # a limit of 0 still takes the step that forces EOS
+    limits = output_limits(src_valid_len.asnumpy(), max_len_a, max_len_b, model.cfg.max_src_len)
+    steps = max(int(limits.max()), 1)  # a limit of 0 still takes the step that forces EOS
     state = model.init_state(src_tokens, src_valid_len, head_gates, beam_size=K)
     alive = onp.arange(B)  # the sentence of each group of K rows
     limit = np.array(onp.repeat(limits, K), dtype="float32", ctx=ctx).reshape(-1, 1)  # (B*K, 1)
@@ -77,7 +67,7 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
         top_ids = np.where(stop, float(EOS), top_ids)
         cand_raw = raw.reshape(-1, 1) + top_lp  # (R, C)
         new_len = length.reshape(-1, 1) + 1 - stop.astype("float32")  # (R, 1)
-        cand = npx.reshape(cand_raw / _length_penalty(new_len, length_penalty), (-1, K * C))
+        cand = npx.reshape(cand_raw / gnmt_penalty(new_len, length_penalty), (-1, K * C))
         best = npx.topk(cand, k=K, axis=-1, ret_typ="indices", dtype="float32")  # (R/K, K)
         beam = np.floor(best / C)  # which of the sentence's beams each winner extends
         offsets = np.arange(R // K, dtype="float32", ctx=ctx).reshape(-1, 1) * K
@@ -129,7 +119,7 @@ def _read_off(results, alive, done, history, raw, length, K, alpha, nbest):
                 r = int(origins[r])
             ids.reverse()
             ids = ids[:ids.index(EOS)] if EOS in ids else ids
-            hyps.append((ids, float(raw[row] / _length_penalty(int(length[row]), alpha))))
+            hyps.append((ids, float(raw[row] / gnmt_penalty(int(length[row]), alpha))))
         hyps.sort(key=lambda h: -h[1])
         results[alive[group]] = hyps[:nbest]
 
@@ -169,13 +159,13 @@ class Translator(LineTranslator):
         self.head_gates = head_gates
         self.max_src_len = model.cfg.max_src_len
 
-    def translate_ids(self, src_ids):
-        """Lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of them)."""
-        results = [[([], 0.0)] * self.cfg.nbest for _ in src_ids]  # an empty line: empty texts
-        todo = [i for i, ids in enumerate(src_ids) if ids]
-        for group in length_groups([len(src_ids[i]) + 1 for i in todo], self.cfg.batch_tokens,
+    def search(self, src_ids):
+        """Non-empty lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of
+        them), searched in batches of similar length."""
+        results = [None] * len(src_ids)
+        for group in length_groups([len(ids) + 1 for ids in src_ids], self.cfg.batch_tokens,
                                    MAX_TRANSLATION_ROWS):
-            rows = [src_ids[todo[j]] for j in group]
+            rows = [src_ids[j] for j in group]
             S = max(len(r) for r in rows) + 1
             src = onp.full((len(rows), S), PAD, "int32")
             for r, ids in enumerate(rows):
@@ -186,6 +176,6 @@ class Translator(LineTranslator):
                                self.cfg.length_penalty, self.cfg.max_len_a, self.cfg.max_len_b,
                                self.cfg.nbest, self.head_gates)
             for j, h in zip(group, hyps):
-                results[todo[j]] = h
+                results[j] = h
         return results
 

@@ -15,6 +15,8 @@ writing fails, one warning is logged and training goes on without them.
 import logging
 from pathlib import Path
 
+from .config import is_number
+
 log = logging.getLogger(__name__)
 
 EVENT_FILES = "events.out.tfevents.*"  # the names tensorboardX gives its files
@@ -26,7 +28,7 @@ def scalars(record, epoch=False):
     """(tag, value) of ``record``'s numbers under metric keys; an ``epoch`` record's train/x is
     tagged train/epoch_x."""
     for key, value in record.items():
-        if "/" not in key or isinstance(value, bool) or not isinstance(value, (int, float)):
+        if "/" not in key or not is_number(value):
             continue
         split, name = key.split("/", 1)
         yield (f"{split}/epoch_{name}" if epoch and split == "train" else key), float(value)

@@ -8,12 +8,12 @@ import os
 
 import mxnet as mx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from mtx.config import DecodeConfig, ModelConfig
 from mtx.errors import DataError
-from mtx.lines import file_chunks, read_lines, stream_chunks
+from mtx.lines import GZIP_MAGIC, UTF16_BOMS, file_chunks, read_lines, stream_chunks
 from mtx.model import Transformer
 from mtx.search import Translator
 from mtx.vocab import SentencePieceTokenizer, train_sentencepiece
@@ -48,6 +48,7 @@ line = st.one_of(
 @given(lines=st.lists(line, min_size=1, max_size=8))
 def test_one_output_line_per_input_line(translator, lines, tmp_path_factory):
     data = b"\n".join(lines) + b"\n"
+    assume(not data.startswith(UTF16_BOMS + (GZIP_MAGIC,)))  # refused whole (the test below)
     read, write = os.pipe()
     os.write(write, data)
     os.close(write)
@@ -103,9 +104,45 @@ def test_file_chunks_reads_gzip_drops_a_first_line_byte_order_mark_and_numbers_o
     os.close(read)
     (tmp_path / "empty.txt").write_bytes(b"")
     assert list(file_chunks(tmp_path / "empty.txt")) == []
-    (tmp_path / "bad.gz").write_bytes(b"not gzip\n")
+    (tmp_path / "bad.gz").write_bytes(gzip.compress(text)[:12])  # cut short
     with pytest.raises(DataError, match="cannot read .*bad.gz"):
         list(file_chunks(tmp_path / "bad.gz"))
+
+
+def _stream(data, read_size=1 << 16):
+    read, write = os.pipe()
+    os.write(write, data)
+    os.close(write)
+    try:
+        return [line for chunk in stream_chunks(read, read_size) for line in chunk]
+    finally:
+        os.close(read)
+
+
+def test_text_is_read_by_its_bytes_not_its_name(tmp_path):
+    """Compressed or not is what the first bytes say (a .gz name is not needed, nor enough);
+    UTF-16 text, and compressed standard input, are one clear error, not lines of warnings."""
+    text = "eins\nzwei\n"
+    (tmp_path / "packed.txt").write_bytes(gzip.compress(text.encode()))
+    (tmp_path / "plain.gz").write_text(text)
+    for name in ("packed.txt", "plain.gz"):
+        assert read_lines(tmp_path / name) == ["eins", "zwei"]
+        assert list(file_chunks(tmp_path / name)) == [[(1, "eins"), (2, "zwei")]]
+    (tmp_path / "utf16.txt").write_bytes(text.encode("utf-16"))
+    for read in (read_lines, lambda path: list(file_chunks(path))):
+        with pytest.raises(DataError, match="utf16.txt is UTF-16 text; convert it to UTF-8"):
+            read(tmp_path / "utf16.txt")
+    with pytest.raises(DataError, match="standard input is UTF-16 text; convert it to UTF-8"):
+        _stream(text.encode("utf-16"))
+    with pytest.raises(DataError, match="standard input is gzip-compressed; pipe it through "
+                                        "zcat"):
+        _stream(gzip.compress(text.encode()))
+
+
+def test_a_line_arriving_in_many_reads_is_one_line():
+    assert _stream(b"abcdefghij\nkl\nmnopq", read_size=3) == [(1, "abcdefghij"), (2, "kl"),
+                                                                (3, "mnopq")]
+    assert _stream(b"x" * 100 + b"\n\n", read_size=7) == [(1, "x" * 100), (2, "")]
 
 
 def test_an_interrupted_file_translation_keeps_the_chunks_it_finished(tmp_path, monkeypatch):

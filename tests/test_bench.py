@@ -182,6 +182,16 @@ def test_compare_runs_times_each_run_and_its_decoding_step_by_part(toy_run, tmp_
     assert "Translating the test split, beam 2, the runs in turn:" in printed
 
 
+def test_compare_runs_decodes_the_runs_own_test_split(toy_run, tmp_path):
+    """A run with data.json is timed on its own corpus, tokenized by its own tokenizer: --data
+    (for runs without one) is not read, even when it names no corpus."""
+    out = tmp_path / "compare.json"
+    main(["compare-runs", str(toy_run), "--data", "no_such_corpus", "--steps", "2",
+          "--rounds", "1", "--out", str(out)])
+    result = json.loads(out.read_text())["compare_runs"][str(toy_run)]
+    assert len(result["seconds"]) == 1 and result["step_ms"] > 0
+
+
 def test_compare_runs_refuses_runs_of_different_language_pairs(tmp_path):
     """--beam scores every run against the first run's references: runs of another pair would
     be scored against the wrong language, so they are refused before any model loads."""

@@ -131,8 +131,13 @@ def test_typed_values_are_checked(cls, key, value, expected):
                                                  "decode.beam_size"),
     (DecodeConfig, {"max_len_a": 0, "max_len_b": 0}, "needs a, b >= 0 and one of them > 0"),
     (DecodeConfig, {"max_len_b": -1}, "decode.max_len_b=-1: the output limit"),
-    (DecodeConfig, {"length_penalty": -0.5}, "decode.length_penalty=-0.5: give a number >= 0"),
+    (DecodeConfig, {"max_len_a": float("nan")}, "decode.max_len_a=nan, decode.max_len_b=10"),
+    (DecodeConfig, {"max_len_a": float("inf")}, "decode.max_len_a=inf, decode.max_len_b=10"),
+    (DecodeConfig, {"length_penalty": -0.5}, "decode.length_penalty=-0.5: give a number from 0 "
+                                             "(no penalty) to 10"),
     (DecodeConfig, {"length_penalty": float("nan")}, "decode.length_penalty=nan: give"),
+    (DecodeConfig, {"length_penalty": 10.5}, "decode.length_penalty=10.5: give a number from 0"),
+    (DecodeConfig, {"batch_tokens": 0}, "decode.batch_tokens=0: give 1 or more source subwords"),
 ])
 def test_values_that_cannot_work_are_refused_before_any_work(cls, values, expected):
     section = {TrainConfig: "train", DataConfig: "data", ModelConfig: "model",
@@ -239,6 +244,17 @@ def test_bad_input_is_one_line_exit_2(case, request, files):
     assert words in line
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("below, fix", [
+    ("", "something is in the way at that path (a file where a directory should be?)"),
+    ("/run", "a part of that path is a file, not a directory; give another path")])
+def test_run_directory_through_a_file_is_one_line_with_the_fix(below, fix, files):
+    """hydra.run.dir= a file, or a folder below one: Hydra's mkdir fails (EEXIST, ENOTDIR)."""
+    done = run_script("train", "experiment=smoke", f"hydra.run.dir={files['src']}{below}")
+    line = assert_one_line(done.stderr, done.returncode, USER_ERROR)
+    assert f"{files['src']}{below}: " in line and fix in line
+
+
 def run_read_only(directory, name, *overrides):
     """run_script with ``directory`` read-only for the script: chmod a-w for a normal user;
     root ignores permissions, so for root a read-only bind mount that only the script's own
@@ -290,6 +306,21 @@ def test_output_in_a_read_only_directory_is_one_line_exit_2(toy_run, files):
                          f"output={read_only}/out.txt")
     line = assert_one_line(done.stderr, done.returncode, USER_ERROR)
     assert f"output={read_only}/out.txt: the directory {read_only} is not writable" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("override, words", [
+    ("checkpoint=bset", "has no checkpoint bset; choose checkpoint= one of"),
+    ("checkpoint=average_last_99", "checkpoint=average_last_99: "),
+    ("decode.beam_size=0", "decode.beam_size=0 must be at least 1"),
+    ("device=gpu:7", "device=gpu:7 but MXNet sees")])
+def test_evaluate_refuses_bad_settings_before_writing_into_the_run(override, words,
+                                                                    read_only_run, files):
+    done = run_script("evaluate", f"ckpt={read_only_run}", f"source={files['src']}",
+                      f"reference={files['src']}", override)
+    line = assert_one_line(done.stderr, done.returncode, USER_ERROR)
+    assert words in line
+    assert not (read_only_run / "eval").exists()
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from conftest import run_command
 from mtx.bench.__main__ import main as bench_main
 from mtx.config import DataConfig, DecodeConfig, ModelConfig
 from mtx.deploy import EXPORT_INFO, require
-from mtx.deploy.backend import CTranslate2Translator, output_limit
+from mtx.deploy.backend import CTranslate2Translator
 from mtx.deploy.export import export, export_run
 from mtx.errors import ConfigError, FileWriteError
 from mtx.model import Transformer
@@ -205,6 +205,10 @@ def test_export_command_and_the_backend_keep_translate_s_promises(tmp_path):
     greedy = run_command("translate", f"ckpt={tmp_path / 'ct2'}", "decode=greedy", stdin=lines,
                          cwd=tmp_path)
     assert len(greedy.stdout.decode().split("\n")) == 5  # 4 lines and the final newline
+    on_the_fly = run_command("translate", f"ckpt={run}", "backend=ctranslate2", "decode=greedy",
+                             stdin=lines, cwd=tmp_path)  # the training run, exported for it
+    assert on_the_fly.returncode == 0, on_the_fly.stderr.decode()[-2000:]
+    assert on_the_fly.stdout == greedy.stdout
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -231,15 +235,6 @@ def test_commands_without_ctranslate2_say_how_to_install(tmp_path):
         err = done.stderr.decode()
         assert done.returncode == 2 and err.startswith("error: ") and err.count("\n") == 1, err
         assert "pip install -e '.[deploy]'" in err
-
-
-def test_output_limit_is_mtx_s():
-    from mtx.search import _max_steps
-    for a, b in ((1.5, 10), (0.0, 3), (1.2, 0), (0.7, 2)):
-        cfg = DecodeConfig(max_len_a=a, max_len_b=b)
-        lengths = onp.arange(1, 40)  # source ids, EOS not counted
-        expected = _max_steps(lengths + 1, a, b, 31)[0]
-        assert [output_limit(n, cfg, 32) for n in lengths] == list(expected)
 
 
 def test_toy_run_decodes_the_same_with_ctranslate2(toy_run, tmp_path):

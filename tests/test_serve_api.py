@@ -21,7 +21,7 @@ ROWS, HEADS, CROSS = 6, 4, (3, 5)
 @pytest.fixture(scope="module")
 def server(toy_run):
     process = start_server(toy_run, "batching.max_wait_ms=20", "limits.max_sentences=8",
-                           "limits.max_body_bytes=20000")
+                           "limits.max_body_bytes=20000", "limits.max_attention_subwords=8")
     yield process.url
     assert process.stop() == 0, process.log[-5:]
 
@@ -115,7 +115,10 @@ BAD = [  # (path, body bytes or object, expected status, words of the error)
     ("/translate", {"text": ["w1"], "gates": [[1] * 4] * 5}, 422, "gates has 5 rows"),
     ("/translate", {"text": ["w1"], "gates": [[1] * 3] * 6}, 422, "gates[0] (enc0 self) has 3"),
     ("/translate", {"text": ["w1"], "gates": [[1, 2, 1, 1]] * 6}, 422, "gates[0][1]=2.0"),
+    ("/translate", b'{"text": ["w1", "w2 \\ud800"]}', 422, "text[1] is not valid Unicode"),
     ("/attention", {"text": ""}, 422, "text is empty"),
+    ("/attention", {"text": " ".join(["w1"] * 9)}, 413, "text has 9 subwords; /attention shows "
+                                                        "sentences of at most 8"),
     ("/attention", {"text": ["w1"]}, 422, "text: Input should be a valid string"),
     ("/translate", b'{"text": ["' + BIG + b'"]}', 413, "body is over 20000 bytes"),
     ("/translate", b"[" * 5000 + b"]" * 5000, 422, "nested too deeply"),

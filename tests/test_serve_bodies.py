@@ -1,5 +1,6 @@
 """What a request to mtx-serve may hold (mtx/serving/bodies.py) and how a run's head study is
 read for the page (mtx/serving/study.py): each problem named in one line."""
+import dataclasses
 import json
 import re
 import socket
@@ -8,15 +9,17 @@ from types import SimpleNamespace
 import pytest
 
 import fastapi  # noqa: E402,F401  the serve extra, which make install installs: missing, these fail
+from omegaconf import OmegaConf  # noqa: E402
 from pydantic import ValidationError  # noqa: E402  (pydantic comes with FastAPI)
 
-from mtx.commands.serve import check_address  # noqa: E402
+from mtx.commands.serve import check_address, section  # noqa: E402
 from mtx.config import DecodeConfig, ModelConfig  # noqa: E402
 from mtx.errors import ConfigError  # noqa: E402
 from mtx.serving.bodies import (AttentionBody, Limits, RequestError, TranslateBody,  # noqa: E402
                                 check_decode_defaults, check_gates, sentence_ids, settings,
                                 validation_message)
 from mtx.serving.server import bind  # noqa: E402
+from mtx.serving.service import Batching  # noqa: E402
 from mtx.serving.study import head_study  # noqa: E402
 from mtx.vocab import WordTokenizer  # noqa: E402
 
@@ -71,6 +74,44 @@ def test_sentences_over_the_limits(lines, status, message):
     with pytest.raises(RequestError, match=message) as caught:
         sentence_ids(Engine(), lines, LIMITS)
     assert caught.value.status == status
+
+
+def test_a_pruned_layer_s_gates_may_stop_at_its_heads():
+    """/info gives each layer's heads: a row of that length is padded with ones (slots the
+    pruned layer does not read); a row of the full width is taken as it is."""
+    pruned = dataclasses.replace(CFG, heads_per_layer=[2, 1, 2])
+    gates = check_gates([[1, 0], [0], [1, 1]], pruned)
+    assert gates == ((1.0, 0.0), (0.0, 1.0), (1.0, 1.0))
+    assert check_gates([[1, 0], [0, 1], [1, 1]], pruned) == ((1.0, 0.0), (0.0, 1.0), (1.0, 1.0))
+    with pytest.raises(RequestError, match=r"gates\[0\] \(enc0 self\) has 1 entries; give 2, "
+                                           r"one per head$"):
+        check_gates([[1], [0], [1, 1]], pruned)
+    with pytest.raises(RequestError, match=r"gates\[1\] \(dec0 self\) has 3 entries; give 1, "
+                                           r"one per head \(or 2\)"):
+        check_gates([[1, 1], [1, 1, 1], [1, 1]], pruned)
+
+
+def test_text_that_is_not_unicode_is_named():
+    with pytest.raises(RequestError, match=r"text\[1\] is not valid Unicode \(surrogates not "
+                                           r"allowed at character 2\)") as caught:
+        sentence_ids(Engine(), ["a", "ab\ud800"], LIMITS)
+    assert caught.value.status == 422
+
+
+def test_nbest_defaults_to_the_server_s_at_most_the_beam():
+    three = DecodeConfig(beam_size=4, nbest=3)
+    assert settings(TranslateBody(text=["a"]), LIMITS, three, CFG).nbest == 3
+    assert settings(TranslateBody(text=["a"], beam_size=2), LIMITS, three, CFG).nbest == 2
+    assert settings(TranslateBody(text=["a"], nbest=1), LIMITS, three, CFG).nbest == 1
+
+
+def test_a_long_list_of_wrong_items_is_still_one_short_line():
+    with pytest.raises(ValidationError) as caught:
+        TranslateBody.model_validate({"text": list(range(1000))})
+    errors = [{**e, "loc": ("body", *e["loc"])} for e in caught.value.errors()]
+    line = validation_message(errors)
+    assert line.startswith("text[0]: Input should be a valid string; text[1]: ")
+    assert line.endswith("; and 997 more") and len(line) < 300
 
 
 def test_sentences_within_the_limits_become_ids():
@@ -136,6 +177,15 @@ def test_a_missing_damaged_or_foreign_study_is_not_shown(tmp_path):
     write_study(tmp_path / "broken")
     (tmp_path / "broken" / "heads" / "pruning.json").write_text("{")
     assert "pruning.json is not valid JSON" in head_study(tmp_path / "broken", CFG)["reason"]
+    odd_files = [("importance.json", "[]"), ("pruning.json", "3"),
+                 ("importance.json", json.dumps({"layers": ["enc0 self", "dec0 self", "dec0 cross"],
+                                                 "gradient": [[1, "x"], [1, 1], [1, 1]]}))]
+    for i, (name, text) in enumerate(odd_files):  # valid JSON, not what mtx-heads writes
+        write_study(tmp_path / f"odd{i}")
+        (tmp_path / f"odd{i}" / "heads" / name).write_text(text)
+        assert head_study(tmp_path / f"odd{i}", CFG)["available"] is False
+    write_study(tmp_path / "odd_order", speed_order=["not", "a", "name"])
+    assert head_study(tmp_path / "odd_order", CFG)["order_name"] == "importance"  # the default
 
 
 def test_a_busy_port_is_one_line_before_the_model_loads():
@@ -146,15 +196,18 @@ def test_a_busy_port_is_one_line_before_the_model_loads():
             bind("127.0.0.1", port)
     with bind("127.0.0.1", 0) as free:  # port=0: a free port
         assert free.getsockname()[1] > 0
+    with pytest.raises(ConfigError, match="host=192.0.2.1 is not an address of this machine"):
+        bind("192.0.2.1", 0)  # TEST-NET-1: never this machine's
 
 
 @pytest.mark.parametrize("host, port, shutdown, words", [
     ("127.0.0.1", 70000, 5, "port=70000: give a port number 1-65535, or 0"),
     ("127.0.0.1", "http", 5, "port=http: give a port number"),
     ("", 8000, 5, "host=: give an address such as 127.0.0.1"),
-    ("127.0.0.1", 8000, -1, "shutdown_seconds=-1: give 0 or more seconds"),
-    ("127.0.0.1", 8000, "abc", "shutdown_seconds=abc: give 0 or more seconds"),
-    ("127.0.0.1", 8000, None, "shutdown_seconds=None: give 0 or more seconds")])
+    ("127.0.0.1", 8000, -1, "shutdown_seconds=-1: give 0 to 3600 seconds"),
+    ("127.0.0.1", 8000, "abc", "shutdown_seconds=abc: give 0 to 3600 seconds"),
+    ("127.0.0.1", 8000, None, "shutdown_seconds=None: give 0 to 3600 seconds"),
+    ("127.0.0.1", 8000, float("inf"), "shutdown_seconds=inf: give 0 to 3600 seconds")])
 def test_bad_addresses_are_refused(host, port, shutdown, words):
     cfg = SimpleNamespace(host=host, port=port, shutdown_seconds=shutdown)
     with pytest.raises(ConfigError, match=re.escape(words)):
@@ -162,11 +215,19 @@ def test_bad_addresses_are_refused(host, port, shutdown, words):
     check_address(SimpleNamespace(host="127.0.0.1", port=0, shutdown_seconds=0))  # all fine
 
 
-@pytest.mark.parametrize("decode, words", [
-    ({"beam_size": 20}, "decode.beam_size=20 is above limits.max_beam_size=16"),
-    ({"length_penalty": 12.0}, "decode.length_penalty=12.0: the server takes 0 to 10")])
-def test_decode_defaults_a_request_could_not_ask_for_are_refused_at_start(decode, words):
-    """Else the server would start and refuse every request that gives no settings of its own."""
-    with pytest.raises(ConfigError, match=re.escape(words)):
-        check_decode_defaults(DecodeConfig(**decode), Limits())
+def test_a_group_of_settings_replaced_by_a_value_is_one_line():
+    for name, cls in (("limits", Limits), ("batching", Batching)):
+        with pytest.raises(ConfigError, match=re.escape(f"{name}=5: {name} is a group of "
+                                                        f"settings (conf/serve.yaml); set one")):
+            section(OmegaConf.create({name: 5}), name, cls)
+    assert section(OmegaConf.create({"limits": {"max_sentences": 2}}), "limits",
+                   Limits).max_sentences == 2
+
+
+def test_decode_defaults_a_request_could_not_ask_for_are_refused_at_start():
+    """Else the server would start and refuse every request that gives no settings of its own
+    (a length penalty above 10 is refused by DecodeConfig itself, for every command)."""
+    with pytest.raises(ConfigError, match=re.escape("decode.beam_size=20 is above "
+                                                    "limits.max_beam_size=16")):
+        check_decode_defaults(DecodeConfig(beam_size=20), Limits())
     check_decode_defaults(DecodeConfig(beam_size=16, length_penalty=10.0), Limits())  # the edge

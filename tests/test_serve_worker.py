@@ -100,6 +100,24 @@ def test_stop_answers_what_is_queued_and_refuses_what_comes_after():
     assert [f.result(TIMEOUT) for f in [first, *queued]] == [2, 4, 6]
 
 
+def test_a_stop_that_timed_out_in_a_batch_still_lets_the_worker_end_after_it():
+    """The first stop's wait ends inside a long batch (what is queued is refused); when that
+    batch ends the thread ends too, so the second stop (the server's last) returns then."""
+    model = Model()
+    w = worker(model)
+    model.hold.clear()
+    running = w.submit("k", 1, 1)
+    assert model.busy.wait(TIMEOUT)
+    queued = w.submit("k", 2, 1)
+    w.stop(0.01)
+    with pytest.raises(Stopping):
+        queued.result(TIMEOUT)
+    model.hold.set()
+    assert running.result(TIMEOUT) == 2
+    w.stop(TIMEOUT)
+    assert not w._thread.is_alive()
+
+
 def test_a_full_queue_is_busy():
     model = Model()
     w = worker(model, max_queue=2)

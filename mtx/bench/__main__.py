@@ -354,7 +354,8 @@ def build_parser():
     p = sub.add_parser("compare-runs", parents=[common],
                        help="forced-step greedy decoding of trained runs, in turn, in one process")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--data", default=inputs.DEFAULT_DATA, help="conf/data/<name>.yaml")
+    p.add_argument("--data", default=inputs.DEFAULT_DATA, help="conf/data/<name>.yaml: the "
+                   "test split for runs without data.json (the runs' own corpus otherwise)")
     p.add_argument("--steps", type=at_least(1), default=DEFAULT_DECODE_STEPS)
     p.add_argument("--rounds", type=at_least(1), default=DEFAULT_ROUNDS)
     p.add_argument("--beam", type=at_least(1), help="then each run's real translation of the "

@@ -31,11 +31,12 @@ def group_config(group, name):
 
 
 def model_config(name, vocab_size):
-    """conf/model/<name>.yaml with the data's ``vocab_size`` and untied embeddings: the peers
-    (gluonnlp ``share_embed=False, tie_weights=False``, d2l) have separate source, target and
-    output matrices, so mtx is measured with them too."""
+    """conf/model/<name>.yaml with the data's ``vocab_size``, untied embeddings and post-norm
+    layers: the peers (gluonnlp ``share_embed=False, tie_weights=False``, d2l) have separate
+    source, target and output matrices and put LayerNorm after each sublayer, so mtx is
+    measured with them too."""
     cfg = from_dict(ModelConfig, group_config("model", name), "model")
-    return dataclasses.replace(cfg, tie_embeddings=False, vocab_size=vocab_size)
+    return dataclasses.replace(cfg, tie_embeddings=False, pre_norm=False, vocab_size=vocab_size)
 
 
 def data_config(name):
@@ -75,10 +76,14 @@ def train_batches(corpus, data_cfg, batching=BATCHINGS[0]):
 
 
 def decode_batches(corpus, max_sentences=None, batch_size=DECODE_BATCH):
-    """The test split's source ids -> [(src (B, S) int32 with EOS, lengths (B,))] in file order;
-    ``max_sentences``: only the first ones (for a quick check)."""
+    """The test split's source ids -> `source_batches`; ``max_sentences``: only the first ones
+    (for a quick check)."""
+    return source_batches(corpus.ids[TEST_SPLIT][0][:max_sentences], batch_size)
+
+
+def source_batches(ids, batch_size=DECODE_BATCH):
+    """Source ids (lists, without EOS) -> [(src (B, S) int32 with EOS, lengths (B,))] in order."""
     from ..vocab import EOS
-    ids = corpus.ids[TEST_SPLIT][0][:max_sentences]
     batches = []
     for start in range(0, len(ids), batch_size):
         rows = [s + [EOS] for s in ids[start:start + batch_size]]

@@ -269,45 +269,48 @@ def run_child(command, *args, cwd=None):
 
 
 def compare_runs(run_dirs, data_name, steps, rounds, beam=None):
-    """Trained runs (e.g. a model and its pruned copy) decoding the test split greedily for
-    exactly ``steps`` positions, in turn, ``rounds`` times, in this one process: the speed of
-    the architectures, independent of how long each model's translations are. Each run also
-    gets its decoding step in ms (the fastest round over its steps, the encoder's share
-    included) and the step's products by part, each timed alone (`decode_step_parts` at the
-    first batch's rows, the batches' mean source length and the mean cache length). With
-    ``beam``, then each run's real translation of the test split at that beam, in turn, in
-    ``rounds`` rounds too (`beam_rounds`): under "beam" in each run's result."""
+    """Trained runs (e.g. a model and its pruned copy) decoding the test split of their own
+    corpus (`runs_corpus`; ``data_name``'s for runs without data.json), each run's source
+    subwords from its own tokenizer, greedily for exactly ``steps`` positions, in turn,
+    ``rounds`` times, in this one process: the speed of the architectures, independent of how
+    long each model's translations are. Each run also gets its decoding step in ms (the
+    fastest round over its steps, the encoder's share included) and the step's products by
+    part, each timed alone (`decode_step_parts` at the first batch's rows, the batches' mean
+    source length and the mean cache length). With ``beam``, then each run's real translation
+    of the test split at that beam, in turn, in ``rounds`` rounds too (`beam_rounds`): under
+    "beam" in each run's result."""
     import mxnet as mx
     from ..rundir import load_run
     from ..vocab import BOS
     from .impls import cached_greedy
-    runs_corpus(run_dirs)  # runs of one corpus and pair, before any model loads
-    data_cfg = inputs.data_config(data_name)
-    batches = inputs.decode_batches(inputs.load_corpus(data_cfg))
-    models, tokenizers = {}, {}
+    data_cfg = runs_corpus(run_dirs) or inputs.data_config(data_name)  # before any model loads
+    source, _ = inputs.test_text(data_cfg, seed=inputs.run_seed(run_dirs[0]))
+    models, tokenizers, batches = {}, {}, {}
     for run_dir in run_dirs:
         models[run_dir], tokenizers[run_dir], _ = load_run(run_dir, mx.cpu())
+        batches[run_dir] = inputs.source_batches(tokenizers[run_dir].encode(source))
         models[run_dir].hybridize(static_alloc=True)
-        cached_greedy(models[run_dir], *batches[0], DECODE_WARMUP_STEPS, BOS)
+        cached_greedy(models[run_dir], *batches[run_dir][0], DECODE_WARMUP_STEPS, BOS)
     seconds = {run_dir: [] for run_dir in run_dirs}
     for _ in range(rounds):
         for run_dir, model in models.items():
             tic = time.perf_counter()
-            for src, src_len in batches:
+            for src, src_len in batches[run_dir]:
                 cached_greedy(model, src, src_len, steps, BOS)
             seconds[run_dir].append(round(time.perf_counter() - tic, 2))
             logging.getLogger(__name__).info("%s %s s", run_dir, seconds[run_dir][-1])
     base = min(seconds[run_dirs[0]])
-    rows, src_len = batches[0][0].shape[0], onp.mean([src.shape[1] for src, _ in batches])
     results = {}
     for run_dir, s in seconds.items():
-        cfg = models[run_dir].cfg
+        cfg, run_batches = models[run_dir].cfg, batches[run_dir]
+        rows = run_batches[0][0].shape[0]
+        src_len = onp.mean([src.shape[1] for src, _ in run_batches])
         parts = decode_parts_speed(decode_step_parts(cfg, rows, int(round(src_len)),
                                                      (steps - 1) // 2))
         results[run_dir] = {
             "seconds": s, "best": min(s), "speedup_vs_first": round(base / min(s), 3),
             "heads": cfg.total_heads,
-            "step_ms": round(1000 * min(s) / (steps * len(batches)), 3),
+            "step_ms": round(1000 * min(s) / (steps * len(run_batches)), 3),
             "parts_ms": parts, "products_ms": round(sum(parts.values()), 3)}
     if beam:
         for run_dir, result in beam_rounds(models, tokenizers, beam, rounds).items():

@@ -33,9 +33,20 @@ from ..errors import BUG, INTERRUPTED, USER_ERROR, DataError, FileWriteError, Mt
 
 log = logging.getLogger("mtx")
 
-# OSErrors a user causes and can fix (a path that is missing, unreadable, read-only or full).
-FILE_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EEXIST,
-               errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+# OSErrors a user causes and can fix (a path that is missing, unreadable, read-only or full),
+# each with what to do.
+FILE_ERRNO_FIXES = {
+    errno.ENOENT: "give an existing path",
+    errno.EACCES: "give a path you may use, or change its permissions",
+    errno.EPERM: "give a path you may use, or change its permissions",
+    errno.EROFS: "give a path on a writable file system",
+    errno.EISDIR: "give a file, not a directory",
+    errno.ENOTDIR: "a part of that path is a file, not a directory; give another path",
+    errno.EEXIST: "something is in the way at that path (a file where a directory should be?); "
+                  "give another path",
+    errno.ENOSPC: "free some disk space, or write somewhere else",
+    errno.EDQUOT: "free some disk space, or write somewhere else",
+}
 BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head` closing the pipe
 HELP = {"ckpt": "pass a training run directory, e.g. ckpt=outputs/train/runs/<time>"}
 
@@ -90,8 +101,9 @@ def _user_message(err):
         return _config_message(err)
     if isinstance(err, MtxError):
         return _one_line(err)
-    if isinstance(err, OSError) and err.errno in FILE_ERRNOS:
-        return f"{err.filename}: {err.strerror}" if err.filename else _one_line(err)
+    if isinstance(err, OSError) and err.errno in FILE_ERRNO_FIXES:
+        what = f"{err.filename}: {err.strerror}" if err.filename else _one_line(err)
+        return f"{what}; {FILE_ERRNO_FIXES[err.errno]}"
     return None
 
 

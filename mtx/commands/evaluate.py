@@ -4,14 +4,14 @@ scores into <run>/eval/ (or out_dir=)."""
 from pathlib import Path
 
 
-from ..devices import use_numpy_interface
+from ..devices import resolve_device, use_numpy_interface
 from ..errors import DataError
 from ..evaluation import translate_and_score
 from ..files import atomic_write_json, atomic_write_text
 from ..lines import read_parallel
 from ..multi30k import load_split
 from ..rundir import require_run
-from .common import decoding_setup, hydra_command, writable_out_dir
+from .common import decoding_setup, hydra_command, typed, writable_out_dir
 
 
 def read_files(cfg):
@@ -36,10 +36,14 @@ def evaluate(cfg):
     """Score the run ``cfg.ckpt`` on ``cfg.split`` or on ``cfg.source``/``cfg.reference``;
     returns the scores."""
     use_numpy_interface()
-    # bad files, a wrong ckpt=, a split the run cannot have and an unwritable output fail before
-    # the model loads, and nothing is created in a wrong ckpt=
+    # bad files, a wrong ckpt=, checkpoint=, decode.* or device=, a split the run cannot have and
+    # an unwritable output fail before the model loads, a split is downloaded or anything is
+    # created in the run
     texts = read_files(cfg)
     run = require_run(cfg.ckpt)
+    typed(cfg, "decode")
+    resolve_device(cfg.device)
+    run.check_checkpoint(cfg.checkpoint)
     name, sources, references = texts or read_split(cfg, run.data_config())
     out_dir = writable_out_dir(cfg, "eval")
     decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as onp
 
 from .. import heads
+from ..config import is_whole
 from ..corpus import load_corpus
 from ..devices import resolve_device, use_numpy_interface
 from ..errors import ConfigError
@@ -83,14 +84,13 @@ def heads_to_remove(cfg, model_cfg):
 
 def check_counts(cfg):
     """timing_rounds=, max_sentences= and random_orders= are whole numbers that can work."""
-    def whole(value):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if not (whole(cfg.timing_rounds) and cfg.timing_rounds >= 1):
+    if not (is_whole(cfg.timing_rounds) and cfg.timing_rounds >= 1):
         raise ConfigError(f"timing_rounds={cfg.timing_rounds}: give 1 or more rounds")
-    if cfg.max_sentences is not None and not (whole(cfg.max_sentences) and cfg.max_sentences >= 1):
+    sentences = cfg.max_sentences
+    if sentences is not None and not (is_whole(sentences) and sentences >= 1):
         raise ConfigError(f"max_sentences={cfg.max_sentences}: give 1 or more sentences, or null "
                           f"for the whole split")
-    if not (whole(cfg.random_orders) and cfg.random_orders >= 0):
+    if not (is_whole(cfg.random_orders) and cfg.random_orders >= 0):
         raise ConfigError(f"random_orders={cfg.random_orders}: give 0 or more orders")
 
 

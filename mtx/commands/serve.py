@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..config import from_dict
+from ..config import from_dict, is_number, is_whole
 from ..devices import use_numpy_interface
 from ..errors import ConfigError
 from ..rundir import RunDir
@@ -14,6 +14,8 @@ from .common import decoding_setup, hydra_command, typed
 
 log = logging.getLogger("mtx.serve")
 DECODING_PRECISION = "float32"  # load_run builds the model in float32; serving computes in it
+MAX_SHUTDOWN_SECONDS = 3600
+SECTIONS = {"limits": "max_sentences", "batching": "max_wait_ms"}  # groups of conf/serve.yaml
 
 
 def check_serving_installed():
@@ -27,13 +29,24 @@ def check_serving_installed():
 
 
 def check_address(cfg):
-    if not isinstance(cfg.port, int) or isinstance(cfg.port, bool) or not 0 <= cfg.port <= 65535:
+    if not is_whole(cfg.port) or not 0 <= cfg.port <= 65535:
         raise ConfigError(f"port={cfg.port}: give a port number 1-65535, or 0 for a free one")
     if not isinstance(cfg.host, str) or not cfg.host:
         raise ConfigError(f"host={cfg.host}: give an address such as 127.0.0.1")
     seconds = cfg.shutdown_seconds
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds >= 0:
-        raise ConfigError(f"shutdown_seconds={cfg.shutdown_seconds}: give 0 or more seconds")
+    if not (is_number(seconds) and 0 <= seconds <= MAX_SHUTDOWN_SECONDS):
+        raise ConfigError(f"shutdown_seconds={cfg.shutdown_seconds}: give 0 to "
+                          f"{MAX_SHUTDOWN_SECONDS} seconds")
+
+
+def section(cfg, name, cls):
+    """conf/serve.yaml's group ``name`` (limits, batching) as dataclass ``cls``; an override
+    that replaced the whole group with a value is one line."""
+    values = cfg.get(name)
+    if not OmegaConf.is_dict(values):
+        raise ConfigError(f"{name}={values}: {name} is a group of settings (conf/serve.yaml); "
+                          f"set one of them, e.g. {name}.{SECTIONS[name]}=...")
+    return from_dict(cls, OmegaConf.to_container(values), name)
 
 
 def checkpoint_info(cfg):
@@ -53,9 +66,9 @@ def serve(cfg):
     from ..serving.server import bind, serve as run_server
     from ..serving.service import Batching, build_service
     check_address(cfg)
-    limits = from_dict(Limits, OmegaConf.to_container(cfg.limits), "limits")
+    limits = section(cfg, "limits", Limits)
     check_decode_defaults(typed(cfg, "decode"), limits)
-    batching = from_dict(Batching, OmegaConf.to_container(cfg.batching), "batching")
+    batching = section(cfg, "batching", Batching)
     sock = bind(cfg.host, cfg.port)
     use_numpy_interface()
     decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)

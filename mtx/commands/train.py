@@ -6,6 +6,7 @@ import logging
 
 
 from .. import training
+from ..config import is_whole
 from ..devices import resolve_device, use_numpy_interface
 from ..errors import ConfigError
 from .common import hydra_command, typed
@@ -23,7 +24,7 @@ def train(cfg):
     train_cfg, decode_cfg = typed(cfg, "train"), typed(cfg, "decode")
     for device in train_cfg.devices or [cfg.device]:
         resolve_device(device)  # a missing GPU is a config error before any work
-    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
+    if not is_whole(cfg.seed):
         raise ConfigError(f"seed={cfg.seed}: give an integer")
     run_dir = HydraConfig.get().runtime.output_dir
     report = training.train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir,

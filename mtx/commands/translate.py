@@ -74,13 +74,12 @@ def open_output(path):
                              f"writable directory") from None
 
 
-def attention_png(cfg, translator):
-    """attention_png=DIR: heatmaps of the attention over the first input line and its best
-    translation (as decode.* found it, cut like the translation), written into DIR."""
+def attention_png(cfg, translator, line):
+    """attention_png=DIR: heatmaps of the attention over ``line`` (the first input line) and
+    its best translation (as decode.* found it, cut like the translation), written into DIR."""
     from ..pictures import attention_pictures
     from ..search import attention_axes, attention_of
-    line = next(file_chunks(cfg.input, chunk_lines=1), [(1, "")])[0][1].strip()
-    src_ids = translator.tokenizer.encode([line])[0][:translator.max_src_len]
+    src_ids = translator.tokenizer.encode([line.strip()])[0][:translator.max_src_len]
     out_ids = translator.translate_ids([src_ids])[0][0][0]
     weights = attention_of(translator.model, src_ids, out_ids, translator.ctx)
     attention_pictures(weights, translator.model.cfg.attention_layers(),
@@ -106,11 +105,12 @@ def translate(cfg):
     translator, decode_cfg = make_translator(cfg)
     log.info("translating %s with %s", cfg.input or "standard input, line by line", cfg.ckpt)
     chunks = file_chunks(cfg.input) if cfg.input else stream_chunks(sys.stdin.fileno())
-    out, lines_read = open_output(cfg.output), 0
+    out, lines_read, first_line = open_output(cfg.output), 0, None
     try:
         for chunk in chunks:
             lines_read += len(chunk)
             numbers, lines = zip(*chunk)
+            first_line = lines[0] if first_line is None else first_line
             results = translator.translate_nbest(list(lines), first_line=numbers[0])
             for number, nbest in zip(numbers, results):
                 out.write(format_nbest(number, nbest) if decode_cfg.nbest > 1
@@ -119,7 +119,7 @@ def translate(cfg):
         if not lines_read:
             log.warning("%s has no lines: nothing to translate", cfg.input or "standard input")
         elif cfg.attention_png:
-            attention_png(cfg, translator)  # an mtx Translator: check_attention_png
+            attention_png(cfg, translator, first_line)  # an mtx Translator (check_attention_png)
     finally:
         if out is not sys.stdout:
             out.close()

@@ -23,9 +23,9 @@ The decoding settings mean what they mean in mtx:
   comment has a measurement, docs/deploy.md the table.
 """
 import copy
-import math
 import os
 
+from ..config import gnmt_penalty, output_limits
 from ..lines import LineTranslator
 from ..vocab import EOS
 from . import require
@@ -40,25 +40,11 @@ DEVICES = {"cpu": "cpu", "gpu": "cuda", "auto": "auto"}
 PATIENCE = 2
 
 
-def gnmt_penalty(length, alpha):
-    """``((5 + length) / 6) ** alpha``, `mtx.search`'s length penalty (that module is not
-    imported: it loads MXNet, which this backend does not need)."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
 def ct2_device(device):
     """mtx's device names (`mtx.config.parse_device`) -> (CTranslate2 device, index)."""
     from ..config import parse_device
     kind, index = parse_device(device)
     return DEVICES[kind], index if kind == "gpu" else 0
-
-
-def output_limit(num_src_ids, decode_cfg, max_len):
-    """Output subwords allowed for a source of ``num_src_ids`` ids (EOS not counted), as
-    `mtx.search.beam_search` computes it."""
-    src_valid_len = num_src_ids + 1  # with its EOS
-    limit = math.ceil(decode_cfg.max_len_a * src_valid_len + decode_cfg.max_len_b)
-    return max(1, min(limit, max_len - 1))
 
 
 class CTranslate2Translator(LineTranslator):
@@ -85,7 +71,7 @@ class CTranslate2Translator(LineTranslator):
         other.cfg = decode_cfg
         return other
 
-    def _search(self, rows, limit):
+    def _translate_batch(self, rows, limit):
         """Source id lists sharing output limit ``limit`` -> per row [(ids, score)]."""
         cfg, alpha = self.cfg, self.cfg.length_penalty
         beam = cfg.beam_size > 1
@@ -110,15 +96,18 @@ class CTranslate2Translator(LineTranslator):
             out.append(hyps[:cfg.nbest])
         return out
 
-    def translate_ids(self, src_ids):
-        """Lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of them)."""
-        results = [[([], 0.0)] * self.cfg.nbest for _ in src_ids]  # an empty line: empty texts
+    def search(self, src_ids):
+        """Non-empty lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of
+        them), each output limit's sentences in one call."""
+        results = [None] * len(src_ids)
         groups = {}
         for i, ids in enumerate(src_ids):
-            if ids:
-                groups.setdefault(output_limit(len(ids), self.cfg, self.max_len), []).append(i)
+            limit = int(output_limits(len(ids) + 1, self.cfg.max_len_a, self.cfg.max_len_b,
+                                      self.max_src_len))  # the source with its EOS
+            groups.setdefault(limit, []).append(i)
         for limit, members in groups.items():
-            for i, hyps in zip(members, self._search([src_ids[i] for i in members], limit)):
+            found = self._translate_batch([src_ids[i] for i in members], limit)
+            for i, hyps in zip(members, found):
                 results[i] = hyps
         return results
 

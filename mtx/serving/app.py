@@ -32,8 +32,8 @@ PAGE_POLICY = ("default-src 'self'; script-src 'self' 'unsafe-inline'; "
                "style-src 'self' 'unsafe-inline'; img-src 'self' data:")
 
 
-def error(status, message):
-    return JSONResponse({"error": message}, status_code=status)
+def error(status, message, headers=None):
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 class BodyCheck:
@@ -138,7 +138,8 @@ def create_app(service, shutdown_seconds):
     async def http_error(request: Request, err: HTTPException):
         what = {404: "no such page", 405: "method not allowed"}.get(err.status_code, err.detail)
         return error(err.status_code, f"{what}: {request.method} {request.url.path} (the API: "
-                                      f"GET /info, /health, /heads; POST /translate, /attention)")
+                                      f"GET /info, /health, /heads; POST /translate, /attention)",
+                     getattr(err, "headers", None))
 
     @app.get("/", response_class=HTMLResponse)
     async def page():

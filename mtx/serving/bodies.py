@@ -11,6 +11,7 @@ from typing import List, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from ..config import MAX_LENGTH_PENALTY
 from ..errors import ConfigError
 from .engine import Settings
 
@@ -31,6 +32,7 @@ class Limits:
     max_body_bytes: int = 65536  # request body
     max_beam_size: int = 16
     max_queue: int = 256         # requests waiting for the model; more are refused (503)
+    max_attention_subwords: int = 128  # a /attention sentence: its weights grow with its square
 
     def __post_init__(self):
         for key, value in vars(self).items():
@@ -38,19 +40,14 @@ class Limits:
                 raise ConfigError(f"limits.{key}={value} must be at least 1")
 
 
-MAX_LENGTH_PENALTY = 10
-
-
 def check_decode_defaults(decode_cfg, limits):
     """The server's decode.* are what a request without its own settings gets: they must be
-    within what a request may ask for, or every such request would be refused."""
+    within what a request may ask for, or every such request would be refused (`DecodeConfig`
+    has checked the rest)."""
     if decode_cfg.beam_size > limits.max_beam_size:
         raise ConfigError(f"decode.beam_size={decode_cfg.beam_size} is above "
                           f"limits.max_beam_size={limits.max_beam_size}: lower the one or raise "
                           f"the other")
-    if decode_cfg.length_penalty > MAX_LENGTH_PENALTY:
-        raise ConfigError(f"decode.length_penalty={decode_cfg.length_penalty}: the server takes "
-                          f"0 to {MAX_LENGTH_PENALTY}")
 
 
 class _Decoding(BaseModel):
@@ -63,7 +60,7 @@ class _Decoding(BaseModel):
 class TranslateBody(_Decoding):
     """POST /translate: sentences -> translations, in order."""
     text: List[str]
-    nbest: int = 1
+    nbest: Optional[int] = None  # None: the server's decode.nbest, at most the beam
 
 
 class AttentionBody(_Decoding):
@@ -81,6 +78,8 @@ def settings(body, limits, decode_cfg, model_cfg):
         raise RequestError(f"length_penalty={alpha}: give a number from 0 to "
                            f"{MAX_LENGTH_PENALTY}")
     nbest = getattr(body, "nbest", 1)
+    if nbest is None:
+        nbest = min(decode_cfg.nbest, beam)
     if not 1 <= nbest <= beam:
         raise RequestError(f"nbest={nbest}: give 1 to beam_size ({beam})")
     return Settings(beam, float(alpha), nbest, check_gates(body.gates, model_cfg))
@@ -95,10 +94,14 @@ def check_gates(gates, model_cfg):
     if len(gates) != A:
         raise RequestError(f"gates has {len(gates)} rows; this model has {A} attention layers "
                            f"({', '.join(layer.name for layer in layers)}): give one row each")
+    # a pruned layer's row may stop at its own heads (/info's "heads"): its padding slots are on
+    gates = [row + [1.0] * (H - len(row)) if len(row) == model_cfg.heads_of(a) else row
+             for a, row in enumerate(gates)]
     for a, row in enumerate(gates):
         if len(row) != H:
+            heads = model_cfg.heads_of(a)
             raise RequestError(f"gates[{a}] ({layers[a].name}) has {len(row)} entries; give "
-                               f"{H}, one per head")
+                               f"{heads}, one per head" + (f" (or {H})" if heads < H else ""))
         for h, value in enumerate(row):
             if not (math.isfinite(value) and 0 <= value <= 1):
                 raise RequestError(f"gates[{a}][{h}]={value}: give a number from 0 (head off) "
@@ -117,6 +120,12 @@ def sentence_ids(engine, lines, limits):
     if len(lines) > limits.max_sentences:
         raise RequestError(f"text has {len(lines)} sentences; give at most "
                            f"{limits.max_sentences} per request", status=413)
+    for i, line in enumerate(lines):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise RequestError(f"text[{i}] is not valid Unicode ({err.reason} at character "
+                               f"{err.start}): send the text as UTF-8") from None
     ids = engine.encode(lines)
     for i, sentence in enumerate(ids):
         if len(sentence) > engine.max_src_len:
@@ -125,8 +134,11 @@ def sentence_ids(engine, lines, limits):
     return ids
 
 
+MAX_PROBLEMS_NAMED = 3  # one line: a list of a thousand wrong items names its first few
+
+
 def validation_message(errors):
-    """FastAPI's RequestValidationError.errors() -> one line naming each problem's field."""
+    """FastAPI's RequestValidationError.errors() -> one line naming the first problems' fields."""
     parts = []
     for err in errors:
         if err.get("type") == "json_invalid":
@@ -141,4 +153,6 @@ def validation_message(errors):
                          "application/json")
             continue
         parts.append(f"{where or 'the body'}: {err.get('msg', 'invalid')}")
+    more = len(parts) - MAX_PROBLEMS_NAMED
+    parts = parts[:MAX_PROBLEMS_NAMED] + ([f"and {more} more"] if more > 0 else [])
     return "; ".join(parts) or "the request body is not valid"

@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional, Tuple
 
 from mxnet import np
 
+from ..lines import nbest_texts
 from ..search import Translator, attention_axes, attention_of
 from ..vocab import EOS
 
@@ -44,7 +45,7 @@ class Engine:
         kind, settings = key
         if kind == TRANSLATE:
             flat = [ids for sentences in payloads for ids in sentences]
-            results = iter(self._texts(self._search(settings, flat)))
+            results = iter(nbest_texts(self.tokenizer, self._search(settings, flat)))
             return [[next(results) for _ in sentences] for sentences in payloads]
         return [self.attention(settings, ids) for ids in payloads]
 
@@ -81,9 +82,3 @@ class Engine:
                                          nbest=settings.nbest)
         return Translator(self.model, self.tokenizer, decode_cfg, self.ctx,
                           self._gates(settings)).translate_ids(src_ids)
-
-    def _texts(self, results):
-        """Per sentence [(ids, score)] -> per sentence [(text, score)]."""
-        return [[(text, score) for text, (_, score) in
-                 zip(self.tokenizer.decode([ids for ids, _ in nbest]), nbest)]
-                for nbest in results]

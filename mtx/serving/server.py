@@ -6,6 +6,7 @@ after that gets 503) while uvicorn stops accepting connections and waits up to
 ends. Every request that got in is answered or refused, none is dropped. After a SIGTERM the
 command exits 0; after Ctrl-C it says "interrupted" and exits 130, as every mtx command does.
 """
+import errno
 import logging
 import signal
 import socket
@@ -49,7 +50,13 @@ def bind(host, port):
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         return socket.create_server((host, port), family=family)
+    except socket.gaierror as err:
+        raise ConfigError(f"host={host} is not an address ({err.strerror}): give an address of "
+                          f"this machine, e.g. host=127.0.0.1") from None
     except OSError as err:
+        if err.errno == errno.EADDRNOTAVAIL:
+            raise ConfigError(f"host={host} is not an address of this machine: give one of its "
+                              f"own, e.g. host=127.0.0.1 (or 0.0.0.0 for all)") from None
         raise ConfigError(f"cannot listen on {host}:{port} ({err.strerror or err}): choose "
                           f"another port=, or port=0 for a free one") from None
 

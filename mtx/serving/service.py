@@ -28,9 +28,10 @@ class Batching:
     max_batch_tokens: int = 2048
 
     def __post_init__(self):
-        if not (0 <= self.max_wait_ms <= 1000 and self.max_batch_tokens >= 1):
-            raise ConfigError("batching.max_wait_ms must be 0-1000 and batching.max_batch_tokens "
-                              ">= 1")
+        if not 0 <= self.max_wait_ms <= 1000:
+            raise ConfigError(f"batching.max_wait_ms={self.max_wait_ms}: give 0 to 1000")
+        if self.max_batch_tokens < 1:
+            raise ConfigError(f"batching.max_batch_tokens={self.max_batch_tokens}: give 1 or more")
 
 
 class Service:
@@ -73,6 +74,11 @@ class Service:
         ids = sentence_ids(self.engine, [body.text], self.limits)[0]
         if not ids:
             raise RequestError("text is empty; give a sentence")
+        most = self.limits.max_attention_subwords
+        if len(ids) > most:
+            raise RequestError(f"text has {len(ids)} subwords; /attention shows sentences of at "
+                               f"most {most} (limits.max_attention_subwords): give a shorter "
+                               f"one", status=413)
         return await self._ask((ATTENTION, decode), ids, len(ids) + 1)
 
     def health(self):

@@ -7,7 +7,10 @@ speed.json (optional): {"order": the order the study pruned with, ...}.
 """
 import json
 import logging
+import math
 from pathlib import Path
+
+from ..config import is_number
 
 log = logging.getLogger(__name__)
 SCORE = "gradient"       # the score the study's importance order is built from (mtx.heads)
@@ -29,17 +32,27 @@ def head_study(run_dir, model_cfg):
     except (OSError, ValueError) as err:
         log.warning("head study not shown: %s", err)
         return {"available": False, "reason": f"the head study in {folder} cannot be read: {err}"}
+    if not all(isinstance(x, dict) for x in (importance, pruning, speed)):
+        return {"available": False, "reason": f"the head study in {folder} is not one that "
+                                              f"mtx-heads writes (run it again)"}
     layers = [layer.name for layer in model_cfg.attention_layers()]
     scores = importance.get(SCORE)
     if importance.get("layers") != layers or _shape(scores) != (len(layers), model_cfg.num_heads):
         return {"available": False, "reason": f"the head study in {folder} is of another model "
                                               f"(its layers or heads differ)"}
-    name = speed.get("order") if speed.get("order") in pruning.get("orders", {}) else DEFAULT_ORDER
-    order = pruning.get("orders", {}).get(name)
+    if not all(is_number(x) and math.isfinite(x) for row in scores for x in row):
+        return {"available": False, "reason": f"the head study in {folder} has scores that are "
+                                              f"not numbers (run mtx-heads again)"}
+    orders = pruning.get("orders")
+    orders = orders if isinstance(orders, dict) else {}
+    chosen = speed.get("order")
+    name = chosen if isinstance(chosen, str) and chosen in orders else DEFAULT_ORDER
+    order = orders.get(name)
     if not order:
         return {"available": False, "reason": f"{folder / 'pruning.json'} has no order {name!r}"}
+    curves = pruning.get("curves")
     return {"available": True, "score": SCORE, "importance": scores, "order_name": name,
-            "order": order, "steps": pruning.get("curves", {}).get(name, [])}
+            "order": order, "steps": curves.get(name, []) if isinstance(curves, dict) else []}
 
 
 def _read(path):

@@ -179,6 +179,8 @@ class ModelWorker:
         for job in left:
             if job is not _STOP and job.future.set_running_or_notify_cancel():
                 job.future.set_exception(Stopping("the server stopped before this request ran"))
+        if not done:  # the thread is still in a batch: it ends after it, and a later stop()
+            self._queue.put(_STOP)  # does not wait its whole timeout again
 
 
 def _live(jobs):

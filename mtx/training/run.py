@@ -53,14 +53,16 @@ def quiet_log_files():
 
 
 def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is_chief):
-    """The corpus and the model config with its vocabulary size. A resumed run uses its own
-    tokenizer and is checked against the run directory before anything in it is written."""
+    """The corpus, its training pairs (`Corpus.train_pairs`) and the model config with its
+    vocabulary size. A resumed run uses its own tokenizer and is checked against the run
+    directory before anything in it is written."""
     resuming = train_cfg.resume and tokenizer_file(run.path) is not None
     if not train_cfg.resume and run.manifests():
         raise CheckpointError(f"{run.path} already holds a run; continue it with "
                               f"train.resume=true or choose a new hydra.run.dir")
     corpus = load_corpus(data_cfg, data_dir, seed, load_tokenizer(run.path) if resuming else None)
-    corpus.train_pairs(data_cfg.max_len)  # none left: a ConfigError before the run is written
+    train_pairs = corpus.train_pairs(data_cfg.max_len)  # none left: a ConfigError, before the
+    # run directory is written
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
     if train_cfg.resume:
@@ -70,7 +72,7 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
     if is_chief:
         run.start(identity, model_cfg, data_cfg, config_yaml)
         save_tokenizer(corpus.tokenizer, run.path)
-    return corpus, model_cfg
+    return corpus, train_pairs, model_cfg
 
 
 def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1, device="cpu",
@@ -88,17 +90,16 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1,
         # and chooses the precision (a resumed run's own, read before config.yaml is rewritten)
         precision = choose_precision(train_cfg.precision, ctxs,
                                      run.recorded_precision() if train_cfg.resume else None)
-        corpus, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed,
-                                    config_yaml, True)
+        corpus, train_pairs, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, data_dir,
+                                                 seed, config_yaml, True)
         run.record_precision(precision)
     parallel.any(False)    # the others wait for it and load the cached subword model
     if not parallel.is_chief:
-        corpus, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed,
-                                    config_yaml, False)
+        corpus, train_pairs, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, data_dir,
+                                                 seed, config_yaml, False)
         precision = choose_precision(train_cfg.precision, ctxs, run.recorded_precision())
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore, precision)
-    fit = Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_len), train_cfg, decode_cfg, run,
-              parallel, seed)
+    fit = Fit(pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed)
     restored = train_cfg.resume and fit.restore()
     if train_cfg.resume and not restored:
         log.warning("train.resume=true but %s has no checkpoint yet: a new run starts there "
