@@ -63,10 +63,9 @@ def from_dict(cls, values, section):
             return any(fits(value, arg) for arg in args)
         if origin is list:
             return isinstance(value, list) and all(fits(item, args[0]) for item in value)
-        if hint in (int, float) and isinstance(value, bool):
-            return False  # True is an int to Python, not to a config
-        kinds = {float: (int, float)}.get(hint, hint)
-        return isinstance(value, kinds) if isinstance(kinds, (type, tuple)) else True
+        if hint in (int, float):  # True is an int to Python, not to a config
+            return is_whole(value) if hint is int else is_number(value)
+        return isinstance(value, hint) if isinstance(hint, type) else True
 
     def spell(hint):
         origin, args = typing.get_origin(hint), typing.get_args(hint)

@@ -206,19 +206,15 @@ class RunDir(CheckpointStore):
             return names[-1]
         return which
 
-    def check_checkpoint(self, which="auto"):
-        """CheckpointError now if ``which`` (as `load_run` takes it) names no checkpoint of the
-        run: only names are looked at (`load_run` verifies the files)."""
+    def locate_checkpoint(self, which="auto"):
+        """What ``which`` (as `load_run` takes it) names: the list of epoch checkpoint names to
+        average (average_last_N), else the path of its manifest; CheckpointError when the run
+        has no such checkpoint. Only names are looked at (`load_run` verifies the files)."""
         name = self.checkpoint_name(which)
         average = re.fullmatch(r"average_last_(\d+)", str(name))
-        if average:
-            self.last_epochs(int(average.group(1)))
-        else:
-            self.manifest_path(name)
-
-    def last_epochs(self, n):
-        """The names of the last ``n`` epoch checkpoints (checkpoint=average_last_N)."""
-        names = self.epoch_names()
+        if not average:
+            return self.manifest_path(name)
+        n, names = int(average.group(1)), self.epoch_names()
         if not 1 <= n <= len(names):
             raise CheckpointError(f"checkpoint=average_last_{n}: {self.checkpoints} keeps "
                                   f"{len(names)} epoch checkpoints (train.keep_last); pick N "
@@ -246,16 +242,6 @@ class RunDir(CheckpointStore):
         return atomic_write_json(self.path / name, obj, hint)
 
 
-def _load_average(run, n, ctx):
-    """load_run's average_last_N: the mean of the last ``n`` epoch checkpoints."""
-    from .corpus import load_tokenizer
-    from .model import Transformer
-    names = run.last_epochs(n)
-    model = Transformer(run.model_config())
-    run.average_into(model, names, [ctx])
-    return model, load_tokenizer(run.path), run.data_config()
-
-
 def require_run(run_dir):
     """The `RunDir` of ``run_dir`` if it is a training run (it has model.json), else a
     CheckpointError that names the runs below it, if any (a sweep's or a day's folder)."""
@@ -278,12 +264,11 @@ def load_run(run_dir, ctx, which="auto"):
     from .corpus import load_tokenizer
     from .model import Transformer
     run = require_run(run_dir)
-    which = run.checkpoint_name(which)
-    average = re.fullmatch(r"average_last_(\d+)", str(which))
-    if average:
-        return _load_average(run, int(average.group(1)), ctx)
+    found = run.locate_checkpoint(which)
     model_cfg = run.model_config()
-    manifest = run.verify(which, model_cfg)
     model = Transformer(model_cfg)
-    run.load(manifest, model, ctx)
+    if isinstance(found, list):  # average_last_N: the mean of those epoch checkpoints
+        run.average_into(model, found, [ctx])
+    else:
+        run.load(run.verify(found, model_cfg), model, ctx)
     return model, load_tokenizer(run.path), run.data_config()

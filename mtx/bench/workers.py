@@ -283,8 +283,12 @@ def compare_runs(run_dirs, data_name, steps, rounds, beam=None):
     from ..rundir import load_run
     from ..vocab import BOS
     from .impls import cached_greedy
-    data_cfg = runs_corpus(run_dirs) or inputs.data_config(data_name)  # before any model loads
-    source, _ = inputs.test_text(data_cfg, seed=inputs.run_seed(run_dirs[0]))
+    own = runs_corpus(run_dirs)  # the runs' corpus, checked before any model loads
+    if beam and own is None:
+        raise ConfigError(f"{run_dirs[0]} has no data.json: --beam translates a run's own test "
+                          f"split")
+    data_cfg = own or inputs.data_config(data_name)
+    source, references = inputs.test_text(data_cfg, seed=inputs.run_seed(run_dirs[0]))
     models, tokenizers, batches = {}, {}, {}
     for run_dir in run_dirs:
         models[run_dir], tokenizers[run_dir], _ = load_run(run_dir, mx.cpu())
@@ -313,7 +317,8 @@ def compare_runs(run_dirs, data_name, steps, rounds, beam=None):
             "step_ms": round(1000 * min(s) / (steps * len(run_batches)), 3),
             "parts_ms": parts, "products_ms": round(sum(parts.values()), 3)}
     if beam:
-        for run_dir, result in beam_rounds(models, tokenizers, beam, rounds).items():
+        texts = (source, references, data_cfg.tgt_lang)
+        for run_dir, result in beam_rounds(models, tokenizers, beam, rounds, texts).items():
             results[run_dir]["beam"] = result
     return results
 
@@ -331,20 +336,16 @@ def runs_corpus(run_dirs):
     return configs[0]
 
 
-def beam_rounds(models, tokenizers, beam, rounds):
-    """{run: its translation of the test split of the runs' own corpus (`runs_corpus`; a toy
-    run's drawn with its seed) at beam ``beam`` (conf/decode/beam.yaml), the models in turn,
-    ``rounds`` times (`translation_rounds`): "seconds" per round, the fastest, its speed-up
-    against the first run, sacreBLEU and the output subwords}."""
+def beam_rounds(models, tokenizers, beam, rounds, texts):
+    """{run: its translation of ``texts`` = (source lines, references, target language), the
+    test split of the runs' own corpus, at beam ``beam`` (conf/decode/beam.yaml), the models in
+    turn, ``rounds`` times (`translation_rounds`): "seconds" per round, the fastest, its
+    speed-up against the first run, sacreBLEU and the output subwords}."""
     import mxnet as mx
     from ..evaluation import translation_rounds
-    first = next(iter(models))
-    data_cfg = runs_corpus(list(models))
-    if data_cfg is None:
-        raise ConfigError(f"{first} has no data.json: --beam translates a run's own test split")
-    src, ref = inputs.test_text(data_cfg, seed=inputs.run_seed(first))
+    src, ref, tgt_lang = texts
     timings = translation_rounds(models, tokenizers, inputs.decode_config(beam), mx.cpu(), src,
-                                 ref, data_cfg.tgt_lang, rounds)
+                                 ref, tgt_lang, rounds)
     base = next(iter(timings.values()))["best"]
     return {run: {"beam_size": beam, "seconds": t["seconds"], "best": t["best"],
                   "speedup_vs_first": round(base / t["best"], 3),

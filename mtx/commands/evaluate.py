@@ -43,7 +43,7 @@ def evaluate(cfg):
     run = require_run(cfg.ckpt)
     typed(cfg, "decode")
     resolve_device(cfg.device)
-    run.check_checkpoint(cfg.checkpoint)
+    run.locate_checkpoint(cfg.checkpoint)
     name, sources, references = texts or read_split(cfg, run.data_config())
     out_dir = writable_out_dir(cfg, "eval")
     decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
