@@ -90,6 +90,13 @@ class CheckpointStore:
         """The manifest of checkpoint ``name`` (or a path to one); CheckpointError listing the
         run's checkpoints when the run has none of that name (nothing is read)."""
         path = Path(name) if str(name).endswith(".json") else self.checkpoints / f"{name}.json"
+        if path.parent == Path("."):  # best.json: the run's own
+            path = self.checkpoints / path.name
+        if path.is_file() and path.resolve().parent != self.checkpoints.resolve():
+            # its weights would meet this run's tokenizer
+            raise CheckpointError(f"checkpoint={name} is not in {self.checkpoints}: a checkpoint "
+                                  f"of another run would be read with this run's tokenizer; "
+                                  f"give ckpt= the run it belongs to")
         if not path.is_file() and path.parent == self.checkpoints:
             names = [p.stem for p in self.manifests()]
             raise CheckpointError(
@@ -165,9 +172,10 @@ class CheckpointStore:
         """Load the mean of the parameters of checkpoints ``names`` into ``model`` (nothing is
         written)."""
         params, total = model.collect_params(), None
+        first = ctxs[0] if isinstance(ctxs, (list, tuple)) else ctxs  # data() alone: cpu(0)
         for name in names:
             self.load(self.verify(name, model.cfg), model, ctxs)
-            values = {k: p.data().copy() for k, p in params.items()}
+            values = {k: p.data(first).copy() for k, p in params.items()}
             total = values if total is None else {k: total[k] + v for k, v in values.items()}
         for k, p in params.items():
             p.set_data(total[k] / len(names))

@@ -272,6 +272,10 @@ class TrainConfig:
                                                 and self.precision == "float16")
 
     def __post_init__(self):
+        for field in dataclasses.fields(self):  # nan passes every comparison below
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"train.{field.name}={value}: give a finite number")
         if self.precision not in TRAIN_PRECISIONS:
             raise ConfigError(f"train.precision={self.precision}: choose one of "
                               f"{', '.join(TRAIN_PRECISIONS)}")
@@ -287,13 +291,14 @@ class TrainConfig:
         if self.log_every < 1 or self.save_every_minutes < 0:
             raise ConfigError("train.log_every must be >= 1 and train.save_every_minutes >= 0")
         if self.lr <= 0 or self.warmup_steps < 1:
-            raise ConfigError("train.lr must be > 0 and train.warmup_steps >= 1")
+            raise ConfigError(f"train.lr={self.lr}, train.warmup_steps={self.warmup_steps}: "
+                              f"give a learning rate > 0 and 1 or more warm-up steps")
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"train.ema_decay={self.ema_decay}: 0 (off) or a decay in (0, 1), "
                               f"e.g. 0.999")
         if self.max_minutes is not None and self.max_minutes <= 0:
-            raise ConfigError(f"train.max_minutes={self.max_minutes} must be > 0; or null for no "
-                              f"time limit (then train.max_epochs stops training)")
+            raise ConfigError(f"train.max_minutes={self.max_minutes}: give minutes > 0, or null "
+                              f"for no time limit (then train.max_epochs stops training)")
         at_least = {"max_epochs": 1, "max_nonfinite_steps": 1, "keep_last": 0, "patience": 0,
                     "average_last": 0}
         for key, low in at_least.items():
@@ -302,8 +307,9 @@ class TrainConfig:
         for key in ("label_smoothing", "beta1", "beta2"):
             if not 0 <= getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be in [0, 1)")
-        if self.clip_norm < 0 or self.weight_decay < 0:
-            raise ConfigError("train.clip_norm and train.weight_decay must be >= 0 (0: off)")
+        if self.clip_norm < 0 or self.weight_decay < 0 or self.epsilon < 0:
+            raise ConfigError("train.clip_norm, train.weight_decay and train.epsilon must be >= 0 "
+                              "(clip_norm=0 or weight_decay=0: off)")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Fault injection for the crash tests: ``MTX_KILL_AT=<point>:<n>`` kills this process with
 SIGKILL the n-th time it reaches `point(<point>)`. Points: ``step`` (after a training step is
-queued), ``checkpoint`` (a checkpoint's data files written, its manifest not yet),
+queued), ``checkpoint`` (a checkpoint's data files written, its manifest not yet), ``epoch_end`` (an
+epoch's checkpoints written, the resume point `latest` not yet),
 ``evaluation`` (inside the end-of-epoch evaluation), ``final_translation`` (while translating the
 test split at the end). Unset, a point costs one dictionary lookup."""
 import os

@@ -7,6 +7,7 @@ splits (`SPLITS`); the later test sets may be missing from it and are then looke
 downloaded into, the data directory.
 """
 import hashlib
+import http.client
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -45,6 +46,10 @@ MULTI30K_SHA256 = {
 }
 
 
+# where a local copy is given: the key differs by command
+RAW_DIR_KEYS = "data.raw_dir= (raw_dir= for evaluate, heads and download) or MTX_MULTI30K_DIR"
+
+
 def file_name(split, lang):
     return f"{split}.{lang}.gz"
 
@@ -56,25 +61,27 @@ def multi30k_file(name, raw_dir, data_dir, download=True):
     path = None
     if raw_dir:
         if not Path(raw_dir).is_dir():
-            raise DataError(f"data.raw_dir={raw_dir} is not a readable directory; point it (or "
-                            f"MTX_MULTI30K_DIR) at the Multi30k task1/raw files, or unset both "
-                            f"to download them")
+            raise DataError(f"the Multi30k folder {raw_dir} is not a readable directory; point "
+                            f"{RAW_DIR_KEYS} at the Multi30k task1/raw files, or unset them to "
+                            f"download the files")
         if (Path(raw_dir) / name).is_file():
             path = Path(raw_dir) / name
         elif name.split(".")[0] in SPLITS:
-            raise DataError(f"{Path(raw_dir) / name} is missing; data.raw_dir must hold the "
-                            f"train, val and test_2016_flickr .gz files of Multi30k task 1")
+            raise DataError(f"{Path(raw_dir) / name} is missing; the Multi30k folder "
+                            f"({RAW_DIR_KEYS}) must hold the train, val and test_2016_flickr .gz "
+                            f"files of Multi30k task 1")
     if path is None:
         path = Path(data_dir) / "multi30k" / name
         if not path.is_file():
             if not download:
-                where = f"data.raw_dir={raw_dir} nor {path.parent}" if raw_dir else str(path.parent)
+                where = (f"the Multi30k folder {raw_dir} nor {path.parent}" if raw_dir
+                         else str(path.parent))
                 raise DataError(f"{name} is not in {where}; `make data` downloads it")
             _download(MULTI30K_URL + name, path, expected)
     actual = sha256_of(path)
     if actual != expected:
-        fix = ("data.raw_dir (or MTX_MULTI30K_DIR) must hold Multi30k's own files, unchanged; "
-               "unset both to download them" if raw_dir and path.parent == Path(raw_dir) else
+        fix = (f"{RAW_DIR_KEYS} must hold Multi30k's own files, unchanged; unset them to "
+               f"download the files" if raw_dir and path.parent == Path(raw_dir) else
                "delete it and fetch it again")
         raise DataError(f"{path} has SHA256 {actual[:12]}…, expected {expected[:12]}…: the file "
                         f"is corrupted or not Multi30k; {fix}")
@@ -85,9 +92,9 @@ def _download(url, path, expected):
     try:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECONDS) as response:
             data = response.read()
-    except (urllib.error.URLError, OSError) as err:
-        raise DataError(f"cannot download {url} ({err}); with no network, set MTX_MULTI30K_DIR "
-                        f"or data.raw_dir to a local copy of the Multi30k task1/raw files") from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as err:  # or cut off
+        raise DataError(f"cannot download {url} ({err}); with no network, point {RAW_DIR_KEYS} "
+                        f"at a local copy of the Multi30k task1/raw files") from None
     if hashlib.sha256(data).hexdigest() != expected:
         raise DataError(f"{url} downloaded with a wrong SHA256; try again later")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -130,6 +130,11 @@ def choose_precision(requested, ctxs, recorded=None):
             log.warning("train.precision=%s is not used: this run started in %s and a resumed "
                         "run keeps it (a new hydra.run.dir starts a run in %s)", requested,
                         recorded["used"], requested)
+        try:
+            check_device(recorded["used"], ctxs)
+        except ConfigError:
+            raise ConfigError(f"this run trains in {recorded['used']}, which needs a GPU: resume "
+                              f"it on one (device=gpu), or start a new hydra.run.dir") from None
         log.info("matrix products in %s, as when the run started (%s)", recorded["used"],
                  recorded["reason"])
         return dict(recorded)

@@ -105,7 +105,7 @@ def test_typed_values_are_checked(cls, key, value, expected):
 
 
 @pytest.mark.parametrize("cls, values, expected", [
-    (TrainConfig, {"max_minutes": -5}, "train.max_minutes=-5 must be > 0; or null"),
+    (TrainConfig, {"max_minutes": -5}, "train.max_minutes=-5: give minutes > 0, or null"),
     (TrainConfig, {"max_epochs": 0}, "train.max_epochs=0 must be at least 1"),
     (TrainConfig, {"patience": -1}, "train.patience=-1 must be at least 0"),
     (TrainConfig, {"max_nonfinite_steps": 0}, "train.max_nonfinite_steps=0 must be at least 1"),
@@ -123,9 +123,16 @@ def test_typed_values_are_checked(cls, key, value, expected):
     (TrainConfig, {"devices": []}, "train.devices=[] is empty"),
     (TrainConfig, {"batch_tokens": 4}, "train.batch_tokens=4 is too small"),
     (TrainConfig, {"log_every": 0}, "train.log_every must be >= 1"),
-    (TrainConfig, {"lr": 0}, "train.lr must be > 0"),
-    (TrainConfig, {"warmup_steps": 0}, "train.warmup_steps >= 1"),
-    (TrainConfig, {"clip_norm": -1}, "train.clip_norm and train.weight_decay must be >= 0"),
+    (TrainConfig, {"lr": 0, "warmup_steps": 800}, "train.lr=0, train.warmup_steps=800: give a "
+                                                  "learning rate > 0"),
+    (TrainConfig, {"lr": float("nan")}, "train.lr=nan: give a finite number"),
+    (TrainConfig, {"save_every_minutes": float("nan")}, "train.save_every_minutes=nan: give a"),
+    (TrainConfig, {"epsilon": -1e-9}, "train.epsilon must be >= 0"),
+    (TrainConfig, {"warmup_steps": 0}, "train.warmup_steps=0: give a learning rate > 0 and 1 "
+                                       "or more warm-up steps"),
+    (TrainConfig, {"max_minutes": float("nan")}, "train.max_minutes=nan: give a finite number"),
+    (TrainConfig, {"max_minutes": float("inf")}, "train.max_minutes=inf: give a finite number"),
+    (TrainConfig, {"clip_norm": -1}, "train.clip_norm, train.weight_decay and train.epsilon must be >= 0"),
     (DecodeConfig, {"beam_size": 0}, "decode.beam_size=0 must be at least 1"),
     (DecodeConfig, {"beam_size": 2, "nbest": 3}, "decode.nbest=3 must be between 1 and "
                                                  "decode.beam_size"),
@@ -205,6 +212,11 @@ CASES = {
                                               "give input=FILE too"),
     "heads-split-not-in-the-corpus": ("heads", [f"ckpt={RUN}", "test_split=test_2017_flickr"],
                                       "test_split=test_2017_flickr: the run's corpus has"),
+    "translate-ckpt-null": ("translate", ["ckpt=null"], "ckpt=null: translate needs ckpt=<a path>"),
+    "heads-data-dir-null": ("heads", [f"ckpt={RUN}", "data_dir=null"],
+                            "data_dir=null: heads needs data_dir=<a path>; leave it out"),
+    "export-output-null": ("export", [f"ckpt={RUN}", "output=null"],
+                           "output=null: export needs output=<a path>"),
     "evaluate-source-missing": ("evaluate", [f"ckpt={RUN}", "source={tmp}/missing.txt",
                                              "reference={src}"], "cannot read"),
 }

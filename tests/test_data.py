@@ -37,7 +37,7 @@ def test_corrupted_file_is_named(multi30k_dir, tmp_path):
     with open(raw / "val.de.gz", "ab") as f:
         f.write(b"x")
     with pytest.raises(DataError, match=r"val\.de\.gz has SHA256 .* corrupted or not Multi30k; "
-                                        r"data\.raw_dir .* must hold Multi30k's own files"):
+                                        r"data\.raw_dir=.* must hold Multi30k's own files"):
         load_multi30k("en", "de", str(raw), tmp_path)  # (not "delete it": it may be a user's)
 
 
@@ -64,6 +64,26 @@ def test_download_goes_through_checksum_into_cache(multi30k_dir, monkeypatch, tm
     assert sorted(p.name for p in (tmp_path / "multi30k").iterdir()) == sorted(
         n for n in multi30k.MULTI30K_SHA256
         if n.split(".")[1] in ("en", "fr") and n.split(".")[0] in multi30k.SPLITS)
+
+
+def test_a_download_cut_off_midway_is_one_clear_error(monkeypatch, tmp_path):
+    import http.client
+
+    class CutOff:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self):
+            raise http.client.IncompleteRead(b"partial", 1000)
+
+    monkeypatch.setattr(multi30k.urllib.request, "urlopen", lambda url, timeout: CutOff())
+    with pytest.raises(DataError, match="cannot download .*IncompleteRead|cannot download .*"
+                                        "bytes read"):
+        multi30k.multi30k_file("val.en.gz", None, tmp_path)
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
 
 
 @pytest.mark.parametrize("src_text, tgt_text, message", [
@@ -219,7 +239,7 @@ def test_later_test_sets_come_from_raw_dir_then_data_dir_then_download(
     monkeypatch.setattr(multi30k, "MULTI30K_URL", mirror.as_uri() + "/")
     assert multi30k.load_split("test_2017_flickr", "en", "de", raw, data)[0] == ["en raw"]
     assert multi30k.load_split("test_2017_mscoco", "en", "de", raw, data)[0] == ["en cached"]
-    with pytest.raises(DataError, match=r"test_2018_flickr\.en\.gz is not in data\.raw_dir=.* "
+    with pytest.raises(DataError, match=r"test_2018_flickr\.en\.gz is not in the Multi30k folder .* "
                                         r"nor .*; `make data` downloads it"):
         multi30k.load_split("test_2018_flickr", "en", "de", raw, data, download=False)
     assert multi30k.load_split("test_2018_flickr", "en", "de", raw, data)[1] == ["de mirror"]
@@ -257,6 +277,6 @@ def test_the_final_report_scores_every_available_test_set(multi30k_dir, tmp_path
     assert [name for name, _, _ in sets] == list(multi30k.TEST_SETS)
     assert sets[0][1] == (["x"], ["y"]) and sets[1][1] == (["en a b", "en c d"], ["de a b", "de c d"])
     for name, text, skipped in sets[2:]:
-        assert text is None and f"{name}.en.gz is not in data.raw_dir=" in skipped
+        assert text is None and f"{name}.en.gz is not in the Multi30k folder " in skipped
     toy = test_sets(corpus, DataConfig(name="toy"), tmp_path / "data")
     assert [name for name, _, _ in toy] == ["test_2016_flickr"]

@@ -77,6 +77,14 @@ def test_a_gpu_and_explicit_precisions_are_not_probed(monkeypatch):
     assert calls == []
 
 
+def test_a_float16_run_resumed_on_a_cpu_says_to_resume_on_a_gpu():
+    recorded = {"used": "float16", "requested": "float16", "reason": "train.precision=float16"}
+    assert choose_precision("auto", [mx.gpu(0)], recorded) == recorded
+    with pytest.raises(ConfigError, match="this run trains in float16, which needs a GPU: "
+                                          "resume it on one"):
+        choose_precision("float32", [mx.cpu()], recorded)  # train.precision= is not the fix
+
+
 def test_auto_is_the_hydra_default_and_a_valid_train_config():
     assert OmegaConf.load(ROOT / "conf" / "train" / "default.yaml").precision == "auto"
     assert TrainConfig(precision="auto").precision == "auto"

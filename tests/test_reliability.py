@@ -59,6 +59,7 @@ _draw = random.Random(KILL_SEED)
 KILLS = [f"step:{_draw.randint(1, STEPS)}",           # inside a step, anywhere in the run
          f"checkpoint:{_draw.randint(2, 20)}",        # data files written, manifest not yet
          f"evaluation:{_draw.randint(1, 3)}",         # the end-of-epoch validation
+         f"epoch_end:{_draw.randint(1, 3)}",          # epoch_NNN and best written, latest not
          "final_translation:1"]                       # translating the test split at the end
 
 
@@ -140,6 +141,11 @@ def test_a_new_run_into_a_used_directory_is_refused(tmp_path):
     run_dir = tmp_path / "run"
     _finish(_train(run_dir, "train.max_epochs=1"))
     err = _finish(_train(run_dir, "train.max_epochs=1"), 2)
+    assert "already holds a run" in err.strip().splitlines()[-1]
+    killed_early = tmp_path / "killed_early"  # killed before its first checkpoint: run.json only
+    killed_early.mkdir()
+    (killed_early / "run.json").write_bytes((run_dir / "run.json").read_bytes())
+    err = _finish(_train(killed_early, "train.max_epochs=1"), 2)
     assert "already holds a run" in err.strip().splitlines()[-1]
 
 

@@ -184,6 +184,16 @@ def test_a_missing_checkpoint_names_the_ones_the_run_has(toy_run, tmp_path):
         load_run(young, mx.cpu(), "best")
 
 
+def test_a_checkpoint_of_another_run_is_refused(toy_run, tmp_path):
+    other = tmp_path / "other"  # the same model config: only the folder tells them apart
+    other.mkdir()
+    (other / "model.json").write_text((Path(toy_run) / "model.json").read_text())
+    with pytest.raises(CheckpointError, match="is not in .*other/checkpoints: a checkpoint of "
+                                              "another run"):
+        load_run(other, mx.cpu(), str(Path(toy_run) / "checkpoints" / "best.json"))
+    assert RunDir(toy_run).manifest_path(str(Path(toy_run) / "checkpoints" / "best.json"))
+
+
 def test_a_checkpoint_given_as_its_params_file_loads_its_manifest(toy_run):
     run = RunDir(toy_run)
     best = run.verify("best")

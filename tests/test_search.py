@@ -163,6 +163,15 @@ def test_evaluate_script_scores_files(toy_run, tmp_path):
     assert scores["exact_match"] == 100.0
 
 
+def test_evaluate_names_each_output_limit_apart():
+    from mtx.commands.evaluate import decode_name
+    default = DecodeConfig()
+    assert decode_name(default) == f"beam5.lp{default.length_penalty}"
+    longer = dataclasses.replace(default, max_len_a=2, max_len_b=5)
+    assert decode_name(longer) == f"beam5.lp{default.length_penalty}.len2.0x+5"
+    assert decode_name(dataclasses.replace(default, max_len_b=20)) != decode_name(default)
+
+
 def test_corrupted_sentencepiece_model_is_one_line(toy_run, tmp_path):
     import shutil
     run = tmp_path / "run"

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from ..config import CONF_DIR, DataConfig, DecodeConfig, ModelConfig, TrainConfig, from_dict
 from ..datadir import register_resolver
-from ..errors import BUG, INTERRUPTED, USER_ERROR, DataError, FileWriteError, MtxError
+from ..errors import (BUG, INTERRUPTED, USER_ERROR, ConfigError, DataError, FileWriteError,
+                      MtxError)
 
 log = logging.getLogger("mtx")
 
@@ -181,12 +182,26 @@ def hydra_command(config_name, command):
     @hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")
     def main(cfg):
         with one_line_errors():
+            refuse_null_paths(cfg, config_name)
             return command(cfg)
 
     def entry():
         return run(main)
     entry.__doc__ = command.__doc__
     return entry
+
+
+def refuse_null_paths(cfg, config_name):
+    """A key the command cannot do without (``???`` in conf/<config_name>.yaml) or the data
+    directory, set to null on the command line, is one line (not a crash deep in the command)."""
+    from omegaconf import OmegaConf
+    defaults = OmegaConf.load(CONF_DIR / f"{config_name}.yaml")
+    for key in defaults:
+        required = OmegaConf.is_missing(defaults, key) or key == "data_dir"
+        if required and not OmegaConf.is_missing(cfg, key) and cfg[key] is None:
+            fix = ("leave it out for the default" if key == "data_dir"
+                   else f"see conf/{config_name}.yaml")
+            raise ConfigError(f"{key}=null: {config_name} needs {key}=<a path>; {fix}")
 
 
 def typed(cfg, section):
@@ -247,13 +262,17 @@ def writable_out_dir(cfg, name):
                          f"out_dir=<a writable directory>, or copy the run somewhere writable")
 
 
-def decoding_setup(cfg):
-    """What translate/evaluate start from: (DecodeConfig, device, hybridized model, tokenizer,
-    the run's DataConfig), the model rebuilt from the run directory ``cfg.ckpt``."""
+def decoding_options(cfg):
+    """decode.* as a DecodeConfig and ``device=`` as a context: cheap checks that translate,
+    evaluate and serve make before anything loads."""
     from ..devices import resolve_device
+    return typed(cfg, "decode"), resolve_device(cfg.device)
+
+
+def load_decoder(cfg, ctx):
+    """(hybridized model, tokenizer, the run's DataConfig) of the run directory ``cfg.ckpt``
+    (checkpoint ``cfg.checkpoint``) on ``ctx``."""
     from ..rundir import load_run
-    decode_cfg = typed(cfg, "decode")
-    ctx = resolve_device(cfg.device)
     model, tokenizer, data_cfg = load_run(cfg.ckpt, ctx, cfg.checkpoint)
     model.hybridize(static_alloc=True)
-    return decode_cfg, ctx, model, tokenizer, data_cfg
+    return model, tokenizer, data_cfg

@@ -4,14 +4,15 @@ scores into <run>/eval/ (or out_dir=)."""
 from pathlib import Path
 
 
-from ..devices import resolve_device, use_numpy_interface
+from ..devices import use_numpy_interface
+from ..config import DecodeConfig
 from ..errors import DataError
 from ..evaluation import translate_and_score
 from ..files import atomic_write_json, atomic_write_text
 from ..lines import read_parallel
 from ..multi30k import load_split
 from ..rundir import require_run
-from .common import decoding_setup, hydra_command, typed, writable_out_dir
+from .common import decoding_options, hydra_command, load_decoder, writable_out_dir
 
 
 def read_files(cfg):
@@ -32,6 +33,16 @@ def read_split(cfg, data_cfg):
                                    cfg.data_dir))
 
 
+def decode_name(decode_cfg):
+    """The part of the output files' names that tells decodes apart: beam5.lp1.5, with the
+    output limit when it is not the default (beam5.lp1.5.len2.0x+5)."""
+    name = f"beam{decode_cfg.beam_size}.lp{decode_cfg.length_penalty}"
+    default = DecodeConfig()
+    if (decode_cfg.max_len_a, decode_cfg.max_len_b) != (default.max_len_a, default.max_len_b):
+        name += f".len{float(decode_cfg.max_len_a)}x+{decode_cfg.max_len_b}"
+    return name
+
+
 def evaluate(cfg):
     """Score the run ``cfg.ckpt`` on ``cfg.split`` or on ``cfg.source``/``cfg.reference``;
     returns the scores."""
@@ -41,17 +52,16 @@ def evaluate(cfg):
     # created in the run
     texts = read_files(cfg)
     run = require_run(cfg.ckpt)
-    typed(cfg, "decode")
-    resolve_device(cfg.device)
+    decode_cfg, ctx = decoding_options(cfg)
     run.locate_checkpoint(cfg.checkpoint)
     name, sources, references = texts or read_split(cfg, run.data_config())
     out_dir = writable_out_dir(cfg, "eval")
-    decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
+    model, tokenizer, data_cfg = load_decoder(cfg, ctx)
     tgt_lang = data_cfg.tgt_lang if data_cfg else "en"
     hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,
                                              references, tgt_lang)
     checkpoint = "" if cfg.checkpoint == "auto" else f".{Path(str(cfg.checkpoint)).stem}"
-    stem = f"{name}{checkpoint}.beam{decode_cfg.beam_size}.lp{decode_cfg.length_penalty}"
+    stem = f"{name}{checkpoint}.{decode_name(decode_cfg)}"
     atomic_write_text(out_dir / f"{stem}.hyp", "\n".join(hypotheses) + "\n")
     atomic_write_json(out_dir / f"{stem}.json", scores)
     for metric in ("sacrebleu", "chrf", "bleu_tok_lc"):

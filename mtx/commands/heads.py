@@ -6,17 +6,20 @@ speed.json."""
 import dataclasses
 import json
 import logging
+import math
+import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as onp
+from omegaconf import OmegaConf
 
 from .. import heads
-from ..config import is_whole
+from ..config import is_number, is_whole
 from ..corpus import load_corpus
 from ..devices import resolve_device, use_numpy_interface
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from ..files import atomic_write_json
 from ..gates import train_gates
 from ..evaluation import translation_rounds
@@ -57,13 +60,6 @@ def heads_to_remove(cfg, model_cfg):
         if (cfg.target_heads is None) == (cfg.prune_fraction is None):
             raise ConfigError("method=l0 needs exactly one of target_heads= (heads to keep) and "
                               "prune_fraction= (fraction to remove), e.g. prune_fraction=0.75")
-        if not ((cfg.l0.minutes or 0) > 0 or (cfg.l0.max_steps or 0) >= 1):
-            raise ConfigError(f"l0.minutes={cfg.l0.minutes}, l0.max_steps={cfg.l0.max_steps}: "
-                              f"the gates need minutes > 0 or max_steps >= 1 to learn, e.g. "
-                              f"l0.minutes=10")
-        if not 0 <= cfg.l0.anneal <= 1:
-            raise ConfigError(f"l0.anneal={cfg.l0.anneal}: the part of the budget over which the "
-                              f"aim falls to the target must be between 0 and 1, e.g. 0.6")
     elif cfg.target_heads is not None:
         raise ConfigError("target_heads= is for method=l0; with the importance orders give "
                           "prune_fraction= (the fraction of heads to remove), e.g. 0.5")
@@ -82,21 +78,64 @@ def heads_to_remove(cfg, model_cfg):
     return total - keep
 
 
-def check_counts(cfg):
-    """timing_rounds=, max_sentences= and random_orders= are whole numbers that can work."""
-    if not (is_whole(cfg.timing_rounds) and cfg.timing_rounds >= 1):
-        raise ConfigError(f"timing_rounds={cfg.timing_rounds}: give 1 or more rounds")
-    sentences = cfg.max_sentences
-    if sentences is not None and not (is_whole(sentences) and sentences >= 1):
-        raise ConfigError(f"max_sentences={cfg.max_sentences}: give 1 or more sentences, or null "
-                          f"for the whole split")
-    if not (is_whole(cfg.random_orders) and cfg.random_orders >= 0):
-        raise ConfigError(f"random_orders={cfg.random_orders}: give 0 or more orders")
+def shown(value):
+    """A setting as it is typed on the command line (null, not None)."""
+    return "null" if value is None else value
+
+
+def check_value(key, value, hint, *, whole=False, low=None, above=None, high=None,
+                optional=False):
+    """``key=value`` is a number (whole when ``whole``) within the bounds, or null when
+    ``optional``; else a ConfigError that says to give ``hint``."""
+    if value is None and optional:
+        return
+    fits = is_whole(value) if whole else is_number(value) and math.isfinite(value)
+    if not (fits and (low is None or value >= low) and (above is None or value > above)
+            and (high is None or value <= high)):
+        raise ConfigError(f"{key}={shown(value)}: give {hint}")
+
+
+def check_settings(cfg):
+    """Every number and switch of the study has a type and a range that can work, before any
+    work (a bad one found after the study would lose it)."""
+    for key in ("leave_one_out", "iterative", "iterative_loss"):
+        if not isinstance(cfg[key], bool):
+            raise ConfigError(f"{key}={cfg[key]}: give true or false")
+    checks = [
+        ("timing_rounds", "1 or more rounds", dict(whole=True, low=1)),
+        ("max_sentences", "1 or more sentences, or null for the whole split",
+         dict(whole=True, low=1, optional=True)),
+        ("random_orders", "0 or more orders", dict(whole=True, low=0)),
+        ("max_bleu_loss", "the val BLEU the pruned model may lose, a number >= 0, e.g. 0.5",
+         dict(low=0)),
+        ("prune_fraction", "a fraction of the heads from 0 to 1, e.g. 0.5, or null",
+         dict(low=0, high=1, optional=True)),
+        ("target_heads", "a whole number of heads to keep, or null",
+         dict(whole=True, optional=True)),
+        ("finetune.minutes", "minutes > 0, or 0 for no fine-tuning", dict(low=0, optional=True)),
+        ("finetune.lr", "a learning rate > 0, e.g. 5e-4", dict(above=0)),
+        ("finetune.warmup_steps", "1 or more steps", dict(whole=True, low=1)),
+        ("l0.minutes", "minutes > 0 (or 0 with l0.max_steps=)", dict(low=0, optional=True)),
+        ("l0.max_steps", "1 or more updates, or null", dict(whole=True, low=1, optional=True)),
+        ("l0.lr", "a learning rate > 0, e.g. 1e-4", dict(above=0)),
+        ("l0.gate_lr", "a learning rate > 0, e.g. 0.05", dict(above=0)),
+        ("l0.penalty", "a weight >= 0, e.g. 10", dict(low=0)),
+        ("l0.anneal", "the part of the budget over which the aim falls to the target, from 0 "
+                      "to 1, e.g. 0.6", dict(low=0, high=1)),
+        ("l0.batch_tokens", "8 or more target tokens a step, e.g. 2048",
+         dict(whole=True, low=8)),
+    ]
+    for key, hint, bounds in checks:
+        check_value(key, OmegaConf.select(cfg, key), hint, **bounds)
+    if cfg.method == "l0" and not (cfg.l0.minutes or cfg.l0.max_steps):
+        raise ConfigError(f"l0.minutes={shown(cfg.l0.minutes)}, l0.max_steps="
+                          f"{shown(cfg.l0.max_steps)}: the gates need minutes > 0 or max_steps "
+                          f">= 1 to learn, e.g. l0.minutes=10")
 
 
 def setup(cfg):
     """The run, its corpus and every setting of the study, checked before any work."""
-    check_counts(cfg)
+    check_settings(cfg)
     ctx, run_dir = resolve_device(cfg.device), Path(cfg.ckpt)
     decode_cfg = typed(cfg, "decode")
     model, tokenizer, data_cfg = load_run(run_dir, ctx, cfg.checkpoint)
@@ -108,12 +147,12 @@ def setup(cfg):
     if (out / "pruned").exists():
         raise ConfigError(f"{out / 'pruned'} holds the pruned model of an earlier study; give "
                           f"this one another out_dir= (or delete that folder)")
+    if data_cfg is None:
+        raise CheckpointError(f"ckpt={cfg.ckpt} has no data.json (the corpus it was trained on), "
+                              f"which the study reads; give a run that mtx-train wrote")
     run_cfg = RunDir(run_dir).train_config()
     if data_cfg.name == "multi30k":
         data_cfg = dataclasses.replace(data_cfg, raw_dir=cfg.raw_dir)
-    if (cfg.finetune.minutes or 0) < 0:
-        raise ConfigError(f"finetune.minutes={cfg.finetune.minutes}: give minutes > 0, or 0 for "
-                          f"no fine-tuning")
     finetune_cfg = dataclasses.replace(
         typed(run_cfg, "train"), lr=cfg.finetune.lr, warmup_steps=cfg.finetune.warmup_steps,
         max_minutes=cfg.finetune.minutes, resume=False, devices=None, kvstore="device"
@@ -190,15 +229,19 @@ def prune_and_time(cfg, s, source, gates, meta):
     """The model ``source`` cut to ``gates`` (fine-tuned if asked) in pruned/, and its speed
     against the full model."""
     pruned = heads.prune(source, gates, s.ctx)
-    shutil.rmtree(s.out / "pruned", ignore_errors=True)  # no checkpoints of an earlier study
+    # built beside pruned/ and renamed to it when whole: an interrupted study leaves no pruned/
+    for partial in s.out.glob(".pruned.partial-*"):  # left by an interrupted study
+        shutil.rmtree(partial, ignore_errors=True)
+    staging = s.out / f".pruned.partial-{os.getpid()}"
     models = {"full": s.model}  # its one traced graph serves gated and plain calls
     if s.finetune_cfg is not None:
         models["pruned_before_finetune"] = pruned
         pruned, choice = continue_training(pruned, s.corpus, s.data_cfg, s.finetune_cfg,
-                                           s.decode_cfg, s.out / "pruned", s.ctx, s.seed)
+                                           s.decode_cfg, staging, s.ctx, s.seed)
         meta["finetune"] = {"minutes": cfg.finetune.minutes, "lr": cfg.finetune.lr,
                             "warmup_steps": cfg.finetune.warmup_steps, "final": choice}
-    save_pruned_run(pruned, s.run_dir, s.out / "pruned", meta)
+    save_pruned_run(pruned, s.run_dir, staging, meta)
+    os.replace(staging, s.out / "pruned")  # setup() refused an existing pruned/
     models["pruned"] = pruned
     for m in models.values():
         m.hybridize(static_alloc=True)

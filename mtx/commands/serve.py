@@ -10,7 +10,7 @@ from ..config import from_dict, is_number, is_whole
 from ..devices import use_numpy_interface
 from ..errors import ConfigError
 from ..rundir import RunDir
-from .common import decoding_setup, hydra_command, typed
+from .common import decoding_options, hydra_command, load_decoder
 
 log = logging.getLogger("mtx.serve")
 DECODING_PRECISION = "float32"  # load_run builds the model in float32; serving computes in it
@@ -67,11 +67,12 @@ def serve(cfg):
     from ..serving.service import Batching, build_service
     check_address(cfg)
     limits = section(cfg, "limits", Limits)
-    check_decode_defaults(typed(cfg, "decode"), limits)
+    decode_cfg, ctx = decoding_options(cfg)
+    check_decode_defaults(decode_cfg, limits)
     batching = section(cfg, "batching", Batching)
     sock = bind(cfg.host, cfg.port)
     use_numpy_interface()
-    decode_cfg, ctx, model, tokenizer, data_cfg = decoding_setup(cfg)
+    model, tokenizer, data_cfg = load_decoder(cfg, ctx)
     service = build_service(model, tokenizer, ctx, decode_cfg, data_cfg, limits, batching,
                             cfg.ckpt, checkpoint_info(cfg), DECODING_PRECISION)
     if not service.study["available"]:

@@ -10,7 +10,8 @@ from ..devices import use_numpy_interface
 from ..errors import ConfigError, FileWriteError
 from ..lines import file_chunks, stream_chunks
 from ..search import Translator
-from .common import decoding_setup, hydra_command, readable_file, typed, writable_file
+from .common import (decoding_options, hydra_command, load_decoder, readable_file, typed,
+                     writable_file)
 
 log = logging.getLogger("mtx")
 
@@ -94,7 +95,8 @@ def make_translator(cfg):
         from ..deploy.backend import translator_for
         decode_cfg = typed(cfg, "decode")
         return translator_for(cfg, decode_cfg), decode_cfg
-    decode_cfg, ctx, model, tokenizer, _ = decoding_setup(cfg)
+    decode_cfg, ctx = decoding_options(cfg)
+    model, tokenizer, _ = load_decoder(cfg, ctx)
     return Translator(model, tokenizer, decode_cfg, ctx), decode_cfg
 
 

@@ -37,7 +37,7 @@ import numpy as onp
 
 from ..corpus import TOKENIZER_FILES, tokenizer_file
 from ..errors import CheckpointError, ConfigError, FileWriteError
-from ..files import atomic_write_json, sha256_of
+from ..files import atomic_write_json, fsync_dir, sha256_of
 from ..vocab import SPECIALS
 from . import EXPORT_INFO, require
 
@@ -172,11 +172,23 @@ def _prepare_output(output):
 
 
 def _replace_dir(staging, output):
-    """Move the finished ``staging`` directory to ``output`` (replacing an earlier export)."""
+    """Move the finished ``staging`` directory to ``output`` (replacing an earlier export):
+    every file on disk first (CTranslate2 writes without fsync), the old export back in place
+    if the move fails."""
+    for path in (p for p in staging.iterdir() if p.is_file()):
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+    fsync_dir(staging)
     old = output.with_name(f".{output.name}.old-{os.getpid()}")
     if output.exists():
         os.replace(output, old)
-    os.replace(staging, output)
+    try:
+        os.replace(staging, output)
+    except OSError:
+        if old.exists():
+            os.replace(old, output)
+        raise
+    fsync_dir(output.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 

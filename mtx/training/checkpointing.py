@@ -4,6 +4,7 @@ deep (at least `train.average_last`), `best`, and resume from the newest intact 
 import logging
 import time
 
+from .. import faults
 from ..errors import CheckpointError
 from .state import TrainState
 
@@ -28,12 +29,16 @@ class Checkpointing:
                              ema=self.pieces.ema)
 
     def epoch_end(self, state, valid, improved):
-        """The resume point of a finished epoch, also kept as `epoch_NNN` (and `best` when it
-        ``improved``); older epochs beyond `keep_last` go, with their files."""
-        manifest = dict(self.resume_point(state), valid=valid)
-        self.run.link(f"epoch_{state.epoch:03d}", manifest)
+        """A finished epoch as `epoch_NNN` (and `best` when it ``improved``), then as the resume
+        point `latest`: last, so that a crash before it redoes the epoch's end, links and all.
+        Older epochs beyond `keep_last` go, with their files."""
+        self.last_save = time.time()
+        manifest = self.run.save(f"epoch_{state.epoch:03d}", self.pieces.model,
+                                 self.pieces.trainer, state, ema=self.pieces.ema, valid=valid)
         if improved:
             self.run.link("best", manifest)
+        faults.point("epoch_end")
+        self.run.link("latest", manifest)
         keep = max(self.train_cfg.keep_last, self.train_cfg.average_last, 1)
         self.run.drop(self.run.epoch_names()[:-keep])
         self.run.collect_garbage()
@@ -65,6 +70,8 @@ class Checkpointing:
         for name in names:
             try:
                 manifest = self.run.verify(name, model.cfg)
+                if not isinstance(manifest.get("state"), dict):
+                    raise CheckpointError(f"{name} holds no training state to resume from")
                 state = TrainState.from_dict(manifest["state"])
                 self.run.load(manifest, model, self.pieces.ctxs, self.pieces.trainer,
                               self.pieces.ema)

@@ -13,8 +13,10 @@ class Clock:
     def minutes(self):
         return self.minutes_before + (time.time() - self.started) / 60
 
-    def out_of_time(self):
-        return self.max_minutes is not None and self.minutes() >= self.max_minutes
+    def out_of_time(self, minutes=None):
+        """Is the budget spent, now or at ``minutes`` (a reading already recorded)?"""
+        minutes = self.minutes() if minutes is None else minutes
+        return self.max_minutes is not None and minutes >= self.max_minutes
 
 
 class CtrlC:

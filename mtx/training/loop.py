@@ -111,8 +111,10 @@ class Fit:
         check the budget (agreed by all workers). Returns True when training must stop."""
         state = self.state
         seed_everything(position_seed(self.seed, state.epoch, state.batch_in_epoch))
+        if self.parallel.any(self.clock.out_of_time()):
+            return True  # no resume point past the budget: a resume redoes the cut epoch's end
         self.checkpointing.at_log_point(state, self.clock.minutes(), self.parallel)
-        return self.parallel.any(self.clock.out_of_time())
+        return False
 
     def evaluate(self, split):
         """(mean per-token nll on ``split``, its greedy sacreBLEU or None)."""
@@ -157,7 +159,7 @@ class Fit:
     def _run(self):
         """Epochs; one cut short by the budget ends like any other (validated, checkpointed)."""
         state = self.state
-        if state.step and self.parallel.any(self.clock.out_of_time()):
+        if state.step and self.parallel.any(self.clock.out_of_time(state.minutes)):
             return self.clock.minutes()  # resumed after the budget was spent: nothing to train
         if self.parallel.any(self.early_stopped(state)):
             return self.clock.minutes()  # resumed after an early stop: nothing to train
@@ -171,7 +173,8 @@ class Fit:
                     stop = f"no better validation score for {state.stale_epochs} epochs: early stop"
             state.start_epoch()
             self.check_interrupt()
-            if cut_short or self.clock.out_of_time():
+            # the chief decides on the minutes its checkpoint recorded, as a resume does
+            if cut_short or (self.parallel.is_chief and self.clock.out_of_time(state.minutes)):
                 stop = f"train.max_minutes={self.train_cfg.max_minutes} reached after {state.epoch} epochs"
             if self.parallel.any(stop is not None):  # all workers stop after the same epoch
                 log.info("%s", stop or "another worker stopped the job")

@@ -23,6 +23,19 @@ from .state import validation_score
 log = logging.getLogger(__name__)
 
 
+def intact(run, names, model_cfg):
+    """The checkpoints among ``names`` whose files are whole (a damaged one is left out with a
+    warning, as resuming skips it)."""
+    kept = []
+    for name in names:
+        try:
+            run.verify(name, model_cfg)
+            kept.append(name)
+        except CheckpointError as err:
+            log.warning("leaving %s out of the average: %s", name, err)
+    return kept
+
+
 def choose_final(fit):
     """The best checkpoint by validation score, or the average of the last `average_last`
     epoch checkpoints if that scores at least as well. Leaves the choice loaded in the model."""
@@ -30,8 +43,9 @@ def choose_final(fit):
     run.load(run.verify("best", fit.model.cfg), fit.model, ctxs)
     best_loss, best_bleu = fit.evaluate("val")
     best = validation_score(best_loss, best_bleu)
-    last = run.epoch_names()[-fit.train_cfg.average_last:]
-    if fit.train_cfg.average_last > 1 and len(last) > 1:
+    average_last = fit.train_cfg.average_last
+    last = intact(run, run.epoch_names()[-average_last:], fit.model.cfg) if average_last > 1 else []
+    if len(last) > 1:
         run.average(fit.model, last, ctxs)
         avg_loss, avg_bleu = fit.evaluate("val")
         average = validation_score(avg_loss, avg_bleu)
@@ -56,8 +70,12 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
     """The corpus, its training pairs (`Corpus.train_pairs`) and the model config with its
     vocabulary size. A resumed run uses its own tokenizer and is checked against the run
     directory before anything in it is written."""
-    resuming = train_cfg.resume and tokenizer_file(run.path) is not None
-    if not train_cfg.resume and run.manifests():
+    # a run with no resume point yet starts again with the settings (and tokenizer) given now
+    resuming = (train_cfg.resume and bool(run.resume_points())
+                and tokenizer_file(run.path) is not None)
+    started = is_chief and (run.path / "run.json").is_file()  # workers find the chief's
+    if not train_cfg.resume and (run.manifests() or started):
+        # run.json alone: a run stopped before its first checkpoint, whose records would mix
         raise CheckpointError(f"{run.path} already holds a run; continue it with "
                               f"train.resume=true or choose a new hydra.run.dir")
     corpus = load_corpus(data_cfg, data_dir, seed, load_tokenizer(run.path) if resuming else None)
@@ -65,10 +83,9 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
     # run directory is written
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
-    if train_cfg.resume:
+    if resuming:
         run.check_identity(identity)
-        if run.resume_points():  # else it starts again, with the settings given now
-            run.check_settings(config_yaml)
+        run.check_settings(config_yaml)
     if is_chief:
         run.start(identity, model_cfg, data_cfg, config_yaml)
         save_tokenizer(corpus.tokenizer, run.path)
@@ -114,7 +131,7 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1,
     if not parallel.is_chief:
         return None
     report = run.report() if restored and fit.state.step == steps_before else None
-    if report:
+    if report and report.get("steps") == fit.state.step:  # else it speaks of other weights
         log.info("%s had finished: nothing left to train, its report.json is kept", run.path)
         return report
     return final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes,
