@@ -228,9 +228,9 @@ LOSS_SCALES = ("auto", "dynamic", "off")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_tokens: int = 2048        # padded tokens per batch (longer side)
+    batch_tokens: int = 1024        # padded tokens per batch (longer side)
     lr: float = 1e-3                # peak learning rate
-    warmup_steps: int = 800         # linear warm-up, then inverse square root decay
+    warmup_steps: int = 1600        # linear warm-up, then inverse square root decay
     beta1: float = 0.9              # Adam's first-moment decay
     beta2: float = 0.98
     epsilon: float = 1e-9           # Adam's epsilon (outside the square root)
