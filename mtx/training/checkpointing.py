@@ -66,7 +66,7 @@ class Checkpointing:
         (a damaged one is skipped with a warning); returns its `TrainState`, or None when the run
         has no resume point yet (stopped before its first: it starts again)."""
         model = self.pieces.model
-        names = self.run.resume_points()
+        names, problem = self.run.resume_points(), None
         for name in names:
             try:
                 manifest = self.run.verify(name, model.cfg)
@@ -77,11 +77,13 @@ class Checkpointing:
                               self.pieces.ema)
             except CheckpointError as err:
                 log.warning("skipping %s: %s", name, err)
+                problem = problem or err  # the newest's
                 continue
             log.info("resumed from %s (epoch %d, batch %d of the next, step %d)", name,
                      state.epoch, state.batch_in_epoch, state.step)
             return state
         if names:
-            raise CheckpointError(f"{self.run.path}: no intact checkpoint matches this config; "
-                                  f"resume with the run's own settings")
+            raise CheckpointError(f"{self.run.path}: none of its {len(names)} checkpoints can be "
+                                  f"resumed (the newest: {problem}); resume with the run's own "
+                                  f"settings, or start a new hydra.run.dir")
         return None
