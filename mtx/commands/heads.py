@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from .. import heads
 from ..config import is_number, is_whole
 from ..corpus import load_corpus
-from ..devices import resolve_device, use_numpy_interface
+from ..devices import use_numpy_interface
 from ..errors import CheckpointError, ConfigError
 from ..files import atomic_write_json
 from ..gates import train_gates
@@ -27,7 +27,7 @@ from ..head_study import GatedScorer, choose_pruning, curves, importance_scores,
 from ..pictures import gate_training_plot, importance_heatmaps, pruning_plot
 from ..rundir import RunDir, load_run
 from ..training import continue_training
-from .common import hydra_command, typed, writable_out_dir
+from .common import decoding_options, hydra_command, typed, writable_out_dir
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +136,8 @@ def check_settings(cfg):
 def setup(cfg):
     """The run, its corpus and every setting of the study, checked before any work."""
     check_settings(cfg)
-    ctx, run_dir = resolve_device(cfg.device), Path(cfg.ckpt)
-    decode_cfg = typed(cfg, "decode")
+    decode_cfg, ctx = decoding_options(cfg)
+    run_dir = Path(cfg.ckpt)
     model, tokenizer, data_cfg = load_run(run_dir, ctx, cfg.checkpoint)
     if model.cfg.heads_per_layer is not None:
         raise ConfigError(f"ckpt={cfg.ckpt} keeps {model.cfg.heads_per_layer} heads per attention "
@@ -230,7 +230,7 @@ def prune_and_time(cfg, s, source, gates, meta):
     against the full model."""
     pruned = heads.prune(source, gates, s.ctx)
     # built beside pruned/ and renamed to it when whole: an interrupted study leaves no pruned/
-    for partial in s.out.glob(".pruned.partial-*"):  # left by an interrupted study
+    for partial in s.out.glob(".pruned.partial-*"):  # an interrupted study's
         shutil.rmtree(partial, ignore_errors=True)
     staging = s.out / f".pruned.partial-{os.getpid()}"
     models = {"full": s.model}  # its one traced graph serves gated and plain calls

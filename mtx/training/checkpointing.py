@@ -22,19 +22,17 @@ class Checkpointing:
         """Is a mid-epoch resume point due (`train.save_every_minutes` since the last one)?"""
         return time.time() - self.last_save >= 60 * self.train_cfg.save_every_minutes
 
-    def resume_point(self, state):
-        """Parameters, optimizer state and ``state`` as checkpoint `latest`; its manifest."""
+    def resume_point(self, state, name="latest", **meta):
+        """Parameters, optimizer state and ``state`` as checkpoint ``name``; its manifest."""
         self.last_save = time.time()
-        return self.run.save("latest", self.pieces.model, self.pieces.trainer, state,
-                             ema=self.pieces.ema)
+        return self.run.save(name, self.pieces.model, self.pieces.trainer, state,
+                             ema=self.pieces.ema, **meta)
 
     def epoch_end(self, state, valid, improved):
         """A finished epoch as `epoch_NNN` (and `best` when it ``improved``), then as the resume
         point `latest`: last, so that a crash before it redoes the epoch's end, links and all.
         Older epochs beyond `keep_last` go, with their files."""
-        self.last_save = time.time()
-        manifest = self.run.save(f"epoch_{state.epoch:03d}", self.pieces.model,
-                                 self.pieces.trainer, state, ema=self.pieces.ema, valid=valid)
+        manifest = self.resume_point(state, f"epoch_{state.epoch:03d}", valid=valid)
         if improved:
             self.run.link("best", manifest)
         faults.point("epoch_end")
