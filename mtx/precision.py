@@ -11,20 +11,32 @@ timing the products (`probe_matmul_speed`), not by CPU flags. MXNet knows bfloat
 structured dtype ``mxnet.contrib.amp.amp.bfloat16``: the string 'bfloat16' fails, and so does
 ``amp.convert_hybrid_block``.
 
+Not every CPU can run bfloat16 products at all: oneDNN 2.x builds them only from avx512_core
+up, and under a oneDNN cap (``DNNL_MAX_CPU_ISA=AVX2``) not even there. A failed MXNet operator does
+not stay where it was caught: the asynchronous engine raises its error again at a later
+synchronisation of the same process. So this process never runs a bfloat16 product before a child
+process has shown that it works here (`bfloat16_unavailable`, `child_probe`); `set_precision`
+refuses bfloat16 with one line where it does not.
+
 float16 is for GPUs: MXNet 1.9's float16 ``FullyConnected`` is cuDNN-only. Train it with dynamic
 loss scaling (`mtx.optimizer.DynamicLossScale`, on by default with float16).
 """
+import json
 import logging
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as onp
-from mxnet.base import MXNetError
 from mxnet.contrib.amp.amp import bfloat16
 from mxnet.gluon import nn
 from mxnet.util import use_np
 
 from .config import PRECISIONS
+from .cpu import AVX512_CORE, cpu_flags, isa_cap
 from .errors import ConfigError
 from .ops import legacy
 
@@ -32,7 +44,7 @@ log = logging.getLogger(__name__)
 
 # (tokens, in, out) of the default model's products (conf/model/small.yaml, an 8000-subword
 # vocabulary): the FFN's first and second layer and the output projection, at 2048 tokens, the
-# shapes every recorded probe ratio was measured at (the default batch is 1024 since issue #15).
+# shapes every recorded probe ratio was measured at.
 PROBE_SHAPES = ((2048, 256, 1024), (2048, 1024, 256), (2048, 256, 8000))
 PROBE_ROUNDS = 7  # interleaved float32/bfloat16 rounds (throughput drifts by ±15% within a minute)
 PROBE_SECONDS = 2.0  # fewer rounds (at least 3) where they take longer: a busy or slow CPU
@@ -41,6 +53,8 @@ PROBE_SECONDS = 2.0  # fewer rounds (at least 3) where they take longer: a busy 
 # of three hours (docs/results.md), an Intel Xeon 0.54-0.64x; at 1.25 `auto` chose float32 in one
 # of the AMD hours and bfloat16 in the others.
 BF16_MIN_SPEEDUP = 1.1
+CHILD_SECONDS = 300  # the child's import of MXNet and its probe take a few seconds
+_child_results = {}  # `child_probe`'s answers, one per kind of probe, decided once per process
 
 
 def cast(F, x, dtype):
@@ -75,6 +89,8 @@ def set_precision(model, precision):
     the first forward of a hybridized model (the graph is traced with it)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision}: choose one of {', '.join(PRECISIONS)}")
+    if precision == "bfloat16":
+        require_bfloat16("bfloat16 matrix products")
 
     def visit(block):
         if hasattr(type(block), "compute_dtype"):
@@ -87,8 +103,8 @@ def probe_matmul_speed(ctx, shapes=PROBE_SHAPES, rounds=PROBE_ROUNDS, max_second
                        dtypes=("float32", "bfloat16")):
     """{dtype: GFLOP/s} of `fully_connected` (casts included) over ``shapes`` (tokens, in, out)
     on ``ctx``: one warm-up, then the median of ``rounds`` interleaved rounds (at least 3, fewer
-    than ``rounds`` once ``max_seconds`` have passed). Raises MXNetError (or TypeError) when a
-    dtype cannot run here."""
+    than ``rounds`` once ``max_seconds`` have passed). A dtype that cannot run here raises, and
+    MXNet raises it again later in the same process: run this in a child (`child_probe`)."""
     import mxnet as mx
     rng = onp.random.RandomState(0)
     arrays = [[mx.np.array(rng.uniform(-1, 1, size), dtype="float32", ctx=ctx)
@@ -114,32 +130,106 @@ def probe_matmul_speed(ctx, shapes=PROBE_SHAPES, rounds=PROBE_ROUNDS, max_second
     return {dtype: flops / statistics.median(t) / 1e9 for dtype, t in times.items()}
 
 
+def cpu_lacks_bfloat16(flags=None):
+    """Why this CPU's flags rule bfloat16 products out, or None when they do not."""
+    missing = [f for f in AVX512_CORE if f not in (cpu_flags() if flags is None else flags)]
+    if missing:
+        return (f"this CPU has no {'/'.join(missing)} (oneDNN's bfloat16 products need "
+                f"AVX-512: avx512_core)")
+    return None
+
+
+def child_probe(measure):
+    """Run bfloat16 products in a child process (this process's environment, so a oneDNN cap
+    applies there too) -> {"ok": True} (with ``measure``: and `probe_matmul_speed`'s
+    {"float32": GFLOP/s, "bfloat16": GFLOP/s}) or {"error": one line}. Decided once per process
+    for each kind of probe."""
+    key = "speed" if measure else "works"
+    if key not in _child_results:
+        code = f"from mtx.precision import probe_here; probe_here({bool(measure)})"
+        package_root = str(Path(__file__).resolve().parents[1])  # this mtx, installed or not
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        try:
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                  timeout=CHILD_SECONDS, env=env)
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            stderr = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            result = {"error": stderr[-1][:200] if stderr else
+                      f"the probe exited with status {done.returncode}"}
+        except (OSError, subprocess.SubprocessError) as err:
+            result = {"error": f"the probe did not run ({type(err).__name__}: {err})"}
+        _child_results[key] = result
+        if "error" not in result:
+            _child_results.setdefault("works", {"ok": True})
+    return _child_results[key]
+
+
+def probe_here(measure):
+    """The child's side of `child_probe`: one bfloat16 product forward and backward (what a
+    training step runs), then with ``measure`` the speed probe; prints one JSON line."""
+    import mxnet as mx
+    from mxnet import autograd
+    try:
+        x, w, b = (mx.nd.ones(shape) for shape in ((8, 16), (32, 16), (32,)))
+        for a in (x, w, b):
+            a.attach_grad()
+        with autograd.record():
+            y = fully_connected(mx.nd, x, w, b, 32, "bfloat16")
+        y.backward()
+        mx.nd.waitall()
+        result = {"ok": True, **(probe_matmul_speed(mx.cpu()) if measure else {})}
+    except Exception as err:  # the operator's own error, whatever MXNet wraps it in
+        message = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+        message = message.removeprefix(f"{type(err).__name__}: ")  # MXNet repeats its name
+        result = {"error": f"{type(err).__name__}: {message[:200]}"}
+    print(json.dumps(result), flush=True)
+
+
+def bfloat16_unavailable():
+    """None when bfloat16 products run on this CPU (under this process's oneDNN cap, if any);
+    otherwise why not, as one clause. By the CPU's flags first, then a product in a child."""
+    reason = cpu_lacks_bfloat16()
+    if reason is None:
+        error = child_probe(measure=False).get("error")
+        reason = error and failed_here(error)
+    return reason
+
+
+def failed_here(error):
+    """The reason bfloat16 products failed in the child, with the oneDNN cap if one is set."""
+    cap = isa_cap()
+    return f"oneDNN cannot build bfloat16 products here{f' (under {cap})' if cap else ''}: {error}"
+
+
+def require_bfloat16(what):
+    """ConfigError naming the reason when bfloat16 products cannot run on this CPU."""
+    reason = bfloat16_unavailable()
+    if reason:
+        raise ConfigError(f"{what} cannot run on this CPU: {reason}; use train.precision=auto "
+                          f"or float32")
+
+
 def check_device(precision, ctxs):
     """ConfigError if ``precision`` cannot run on the devices ``ctxs``."""
     if precision == "float16" and any(c.device_type == "cpu" for c in ctxs):
         raise ConfigError("train.precision=float16 needs a GPU (MXNet 1.9's float16 "
                           "FullyConnected is cuDNN-only): on a CPU use train.precision="
                           "bfloat16 (AVX512-BF16), auto or float32")
+    if precision == "bfloat16" and any(c.device_type == "cpu" for c in ctxs):
+        require_bfloat16("train.precision=bfloat16")
 
 
 def choose_precision(requested, ctxs, recorded=None):
     """The matrix-multiply precision to train in, as a dict for the log and report.json: ``used``,
     ``requested``, ``reason`` and, when measured, ``probe`` (both GFLOP/s, their ratio, the
-    threshold). ``recorded``: the choice a resumed run started with, kept as it is. ``auto``:
-    float32 on a GPU; on CPUs bfloat16 when its products run `BF16_MIN_SPEEDUP` times as fast."""
+    threshold). ``recorded``: the choice a resumed run started with, kept as it is (a bfloat16 run
+    resumed where bfloat16 cannot run continues in float32 when train.precision=float32 says so).
+    ``auto``: float32 on a GPU; on CPUs bfloat16 when its products run `BF16_MIN_SPEEDUP` times
+    as fast."""
     if recorded is not None:
-        if requested not in ("auto", recorded["used"]):
-            log.warning("train.precision=%s is not used: this run started in %s and a resumed "
-                        "run keeps it (a new hydra.run.dir starts a run in %s)", requested,
-                        recorded["used"], requested)
-        try:
-            check_device(recorded["used"], ctxs)
-        except ConfigError:
-            raise ConfigError(f"this run trains in {recorded['used']}, which needs a GPU: resume "
-                              f"it on one (device=gpu), or start a new hydra.run.dir") from None
-        log.info("matrix products in %s, as when the run started (%s)", recorded["used"],
-                 recorded["reason"])
-        return dict(recorded)
+        return resumed_precision(requested, ctxs, recorded)
     check_device(requested, ctxs)
     if requested != "auto":
         choice = {"used": requested, "reason": f"train.precision={requested}"}
@@ -147,20 +237,48 @@ def choose_precision(requested, ctxs, recorded=None):
         choice = {"used": "float32", "reason": "auto on a GPU: float32, not probed (bfloat16 is "
                                                "for CPUs; float16 is train.precision=float16)"}
     else:
-        choice = probe_choice(ctxs[0])
+        choice = probe_choice()
     log.info("matrix products in %s: %s", choice["used"], choice["reason"])
     return {"used": choice.pop("used"), "requested": requested, **choice}
 
 
-def probe_choice(ctx):
-    """`choose_precision`'s ``auto`` on a CPU: {used, reason, probe}."""
-    start = time.perf_counter()
+def resumed_precision(requested, ctxs, recorded):
+    """`choose_precision` for a resumed run that started in ``recorded``."""
+    used = recorded["used"]
+    unavailable = bfloat16_unavailable() if used == "bfloat16" else None
+    if unavailable and requested == "float32":
+        reason = f"train.precision=float32 on resume: bfloat16 cannot run here ({unavailable})"
+        log.warning("matrix products in float32 from now on, though this run started in "
+                    "bfloat16: %s", reason)
+        return {"used": "float32", "requested": "float32", "reason": reason}
+    if requested not in ("auto", used):
+        log.warning("train.precision=%s is not used: this run started in %s and a resumed "
+                    "run keeps it (a new hydra.run.dir starts a run in %s)", requested, used,
+                    requested)
     try:
-        speed = probe_matmul_speed(ctx)
-    except (MXNetError, TypeError) as err:
-        message = (str(err).strip().splitlines() or [""])[0]
-        return {"used": "float32", "reason": f"auto: bfloat16 products fail here "
-                                             f"({type(err).__name__}: {message[:200]}), float32"}
+        check_device(used, ctxs)
+    except ConfigError:
+        if used == "float16":
+            raise ConfigError(f"this run trains in float16, which needs a GPU: resume it on one "
+                              f"(device=gpu), or start a new hydra.run.dir") from None
+        raise ConfigError(f"this run trains in bfloat16, which cannot run on this CPU "
+                          f"({unavailable}): resume it with train.precision=float32 "
+                          f"(its weights are float32; the products then run at full precision), "
+                          f"or on a CPU with AVX512-BF16") from None
+    log.info("matrix products in %s, as when the run started (%s)", used, recorded["reason"])
+    return dict(recorded)
+
+
+def probe_choice():
+    """`choose_precision`'s ``auto`` on a CPU: {used, reason, probe}; every bfloat16 product of
+    the probe runs in a child process (`child_probe`)."""
+    start = time.perf_counter()
+    reason = cpu_lacks_bfloat16()
+    if reason:
+        return {"used": "float32", "reason": f"auto: {reason}, so float32 (not probed)"}
+    speed = child_probe(measure=True)
+    if "error" in speed:
+        return {"used": "float32", "reason": f"auto: {failed_here(speed['error'])}, so float32"}
     ratio = speed["bfloat16"] / speed["float32"]
     used = "bfloat16" if ratio >= BF16_MIN_SPEEDUP else "float32"
     probe = {"float32_gflop_s": round(speed["float32"], 1),

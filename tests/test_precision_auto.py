@@ -5,7 +5,6 @@ import logging
 
 import mxnet as mx
 import pytest
-from mxnet.base import MXNetError
 from omegaconf import OmegaConf
 
 from mtx import precision
@@ -20,17 +19,25 @@ from tests.conftest import ROOT
 FLOAT32_GFLOP_S = 200.0
 
 
-def _fake_probe(monkeypatch, bfloat16_gflop_s):
-    """probe_matmul_speed measures float32 at 200 GFLOP/s and bfloat16 at ``bfloat16_gflop_s``
-    (an exception instance: raised); returns the list of devices it was called with."""
+AVX512_BF16_FLAGS = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}
+AVX2_FLAGS = {"fma", "avx", "avx2"}
+
+
+def _fake_probe(monkeypatch, bfloat16_gflop_s, flags=AVX512_BF16_FLAGS):
+    """The child's probe measures float32 at 200 GFLOP/s and bfloat16 at ``bfloat16_gflop_s``
+    (a string: the child's error) on a CPU with ``flags``; returns the list of probes asked for
+    (True: with the speed measurement), each once per process as the real one (a measured
+    probe also says that bfloat16 works)."""
     calls = []
 
-    def probe(ctx, *args, **kwargs):
-        calls.append(ctx)
-        if isinstance(bfloat16_gflop_s, Exception):
-            raise bfloat16_gflop_s
-        return {"float32": FLOAT32_GFLOP_S, "bfloat16": bfloat16_gflop_s}
-    monkeypatch.setattr(precision, "probe_matmul_speed", probe)
+    def probe(measure):
+        if measure not in calls and not (calls and calls[0] is True):
+            calls.append(measure)
+        if isinstance(bfloat16_gflop_s, str):
+            return {"error": bfloat16_gflop_s}
+        return {"ok": True, "float32": FLOAT32_GFLOP_S, "bfloat16": bfloat16_gflop_s}
+    monkeypatch.setattr(precision, "child_probe", probe)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: set(flags))
     return calls
 
 
@@ -46,7 +53,7 @@ def test_auto_takes_bfloat16_only_when_its_products_are_clearly_faster(monkeypat
     calls = _fake_probe(monkeypatch, bfloat16_gflop_s)
     caplog.set_level(logging.INFO, logger="mtx.precision")
     choice = choose_precision("auto", [mx.cpu()])
-    assert calls == [mx.cpu()]
+    assert calls == [True]
     assert choice["used"] == used and choice["requested"] == "auto"
     probe = choice["probe"]
     assert probe["float32_gflop_s"] == FLOAT32_GFLOP_S
@@ -59,10 +66,61 @@ def test_auto_takes_bfloat16_only_when_its_products_are_clearly_faster(monkeypat
 
 
 def test_bfloat16_that_fails_is_float32_with_the_reason(monkeypatch):
-    _fake_probe(monkeypatch, MXNetError("bfloat16 FullyConnected is not supported\nstack"))
+    _fake_probe(monkeypatch, "MXNetError: could not create a primitive descriptor iterator")
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
     choice = choose_precision("auto", [mx.cpu()])
     assert choice["used"] == "float32" and "probe" not in choice
-    assert "MXNetError: bfloat16 FullyConnected is not supported)" in choice["reason"]
+    assert choice["reason"] == ("auto: oneDNN cannot build bfloat16 products here (under "
+                                "DNNL_MAX_CPU_ISA=AVX2): MXNetError: could not create a "
+                                "primitive descriptor iterator, so float32")
+
+
+def test_a_cpu_without_avx512_is_float32_without_a_probe(monkeypatch):
+    """AVX2-only flags rule bfloat16 out before any child runs; an explicit bfloat16 is one
+    line that names what the CPU lacks and the fix."""
+    calls = _fake_probe(monkeypatch, 2.0 * FLOAT32_GFLOP_S, flags=AVX2_FLAGS | {"avx512f"})
+    choice = choose_precision("auto", [mx.cpu()])
+    assert choice["used"] == "float32" and "probe" not in choice and calls == []
+    assert "this CPU has no avx512bw/avx512vl/avx512dq" in choice["reason"]
+    with pytest.raises(ConfigError) as err:
+        choose_precision("bfloat16", [mx.cpu()])
+    message = str(err.value)
+    assert message.startswith("train.precision=bfloat16 cannot run on this CPU: this CPU has no "
+                              "avx512bw/avx512vl/avx512dq")
+    assert message.endswith("use train.precision=auto or float32") and "\n" not in message
+    assert calls == []
+
+
+def test_the_flags_that_rule_bfloat16_out():
+    assert precision.cpu_lacks_bfloat16(AVX512_BF16_FLAGS - {"avx512_bf16"}) is None
+    assert "no avx512f/avx512bw/avx512vl/avx512dq" in precision.cpu_lacks_bfloat16(AVX2_FLAGS)
+
+
+def test_a_bfloat16_run_resumed_where_bfloat16_cannot_run(monkeypatch, caplog):
+    """One line that says to resume in float32; train.precision=float32 then continues it in
+    float32 with a warning (the weights are float32 either way)."""
+    _fake_probe(monkeypatch, "MXNetError: could not create a primitive descriptor iterator")
+    recorded = {"used": "bfloat16", "requested": "auto", "reason": "measured 1.4x"}
+    for requested in ("auto", "bfloat16"):
+        with pytest.raises(ConfigError, match="this run trains in bfloat16, which cannot run on "
+                                              "this CPU .*: resume it with train.precision="
+                                              "float32"):
+            choose_precision(requested, [mx.cpu()], recorded)
+    caplog.set_level(logging.WARNING, logger="mtx.precision")
+    choice = choose_precision("float32", [mx.cpu()], recorded)
+    assert choice["used"] == "float32" and choice["requested"] == "float32"
+    assert "though this run started in bfloat16" in caplog.records[-1].getMessage()
+
+
+def test_the_real_child_probe_fails_under_an_avx2_cap(monkeypatch):
+    """Under DNNL_MAX_CPU_ISA=AVX2 bfloat16 is unavailable on any CPU (by its flags, or by the
+    child's failure), and this process, which never ran the product, goes on computing."""
+    from mxnet import np
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setattr(precision, "_child_results", {})
+    assert precision.bfloat16_unavailable()
+    assert choose_precision("auto", [mx.cpu()])["used"] == "float32"
+    assert float((np.ones((4, 4)) @ np.ones((4, 4))).sum()) == 64.0
 
 
 def test_a_gpu_and_explicit_precisions_are_not_probed(monkeypatch):
@@ -74,7 +132,7 @@ def test_a_gpu_and_explicit_precisions_are_not_probed(monkeypatch):
     assert choose_precision("float16", [mx.gpu(0)])["used"] == "float16"
     with pytest.raises(ConfigError, match="float16 needs a GPU"):
         choose_precision("float16", [mx.cpu()])
-    assert calls == []
+    assert calls == [False]  # bfloat16 asked for: only whether it runs, no speed probe
 
 
 def test_a_float16_run_resumed_on_a_cpu_says_to_resume_on_a_gpu():
@@ -99,7 +157,7 @@ def test_build_pieces_runs_the_choice_and_tells_it(monkeypatch, tiny_cfg):
     pieces = build_pieces(tiny_cfg, TrainConfig(), [mx.cpu()], "device")  # as the bench does
     assert pieces.precision["used"] == "float32" and calls == []
     pieces = build_pieces(tiny_cfg, TrainConfig(precision="auto"), [mx.cpu()], "device")
-    assert pieces.precision["used"] == "bfloat16" and len(calls) == 1
+    assert pieces.precision["used"] == "bfloat16" and calls[0] is True
     assert pieces.model.encoder.blocks[0].attention.W_q.compute_dtype == "bfloat16"
     with pytest.raises(ConfigError, match="float16 needs a GPU"):
         build_pieces(tiny_cfg, TrainConfig(), [mx.cpu()], "device",
@@ -127,28 +185,34 @@ def test_fine_tuning_with_auto_chooses_too(monkeypatch, tmp_path):
 
 
 def test_a_resumed_run_keeps_the_precision_it_started_with(monkeypatch, caplog, tmp_path):
-    """Started where bfloat16 measured 2x: a resume where the probe would now say float32 runs
-    bfloat16 again, without probing; report.json carries the choice and its timings."""
+    """Started with the probe's choice, a resume where the probe would now choose the other runs
+    the first one again, without timing it; report.json carries the choice and its timings. The
+    run really trains, so the first choice is bfloat16 only where bfloat16 runs on this CPU (an
+    AVX2-only one, or oneDNN capped: float32 first, and bfloat16's 2x later does not move it)."""
+    runs_here = precision.bfloat16_unavailable() is None
+    first_used, later_used = ("bfloat16", "float32") if runs_here else ("float32", "bfloat16")
+    speed = {"bfloat16": 2.0 * FLOAT32_GFLOP_S, "float32": 0.5 * FLOAT32_GFLOP_S}
     model_cfg, data_cfg = _toy()
     decode_cfg = DecodeConfig(beam_size=1)
     train_cfg = TrainConfig(batch_tokens=256, max_epochs=1, eval_bleu=False, warmup_steps=5,
                             average_last=0, precision="auto")
-    first = _fake_probe(monkeypatch, 2.0 * FLOAT32_GFLOP_S)
+    first = _fake_probe(monkeypatch, speed[first_used])
     report = train(model_cfg, data_cfg, train_cfg, decode_cfg, tmp_path / "run", tmp_path / "data")
-    assert len(first) == 1
-    assert report["precision"]["used"] == "bfloat16" and report["precision"]["requested"] == "auto"
-    assert report["precision"]["probe"]["bfloat16_gflop_s"] == 2.0 * FLOAT32_GFLOP_S
+    assert first == [True]
+    assert report["precision"]["used"] == first_used and report["precision"]["requested"] == "auto"
+    assert report["precision"]["probe"]["bfloat16_gflop_s"] == speed[first_used]
     assert RunDir(tmp_path / "run").recorded_precision() == report["precision"]
 
-    later = _fake_probe(monkeypatch, 0.5 * FLOAT32_GFLOP_S)
+    later = _fake_probe(monkeypatch, speed[later_used])
     caplog.set_level(logging.INFO, logger="mtx.precision")
     resumed = dataclasses.replace(train_cfg, resume=True, max_epochs=2)
     report = train(model_cfg, data_cfg, resumed, decode_cfg, tmp_path / "run", tmp_path / "data")
-    assert later == [] and report["epochs"] == 2
-    assert report["precision"]["used"] == "bfloat16"
+    # bfloat16 kept: only whether it runs here is checked; float32 kept: nothing is
+    assert later == ([False] if runs_here else []) and report["epochs"] == 2
+    assert report["precision"]["used"] == first_used
     assert report["precision"]["probe"]["float32_gflop_s"] == FLOAT32_GFLOP_S
-    assert any(r.getMessage().startswith("matrix products in bfloat16, as when the run started")
-               for r in caplog.records)
+    assert any(r.getMessage().startswith(f"matrix products in {first_used}, as when the run "
+                                         f"started") for r in caplog.records)
 
 
 def test_a_run_from_before_precision_json_keeps_its_config_precision(tmp_path):
@@ -165,11 +229,12 @@ def test_a_run_from_before_precision_json_keeps_its_config_precision(tmp_path):
 
 
 def test_the_real_probe_measures_both_and_chooses_by_the_rule():
-    """One unfaked probe on this CPU (about a second): positive timings, a valid choice."""
+    """One unfaked probe on this CPU (a child process, a few seconds): positive timings and a
+    choice by the rule, or float32 with the reason where bfloat16 cannot run."""
     choice = choose_precision("auto", [mx.cpu()])
     assert choice["used"] in ("float32", "bfloat16")
     if "probe" not in choice:  # bfloat16 cannot run here
-        assert choice["used"] == "float32" and "fail" in choice["reason"]
+        assert choice["used"] == "float32" and precision.bfloat16_unavailable() in choice["reason"]
         return
     probe = choice["probe"]
     assert probe["float32_gflop_s"] > 0 and probe["bfloat16_gflop_s"] > 0 and probe["seconds"] > 0

@@ -42,7 +42,7 @@ from pathlib import Path
 from ..commands.common import OneLineParser, one_line_errors, writable_file
 from ..errors import ConfigError
 from . import inputs, revisions, workers
-from .impls import CT2_QUANTIZATIONS, DECODE_IMPLS, RUN_IMPLS, TRAIN_IMPLS
+from .impls import CT2_QUANTIZATIONS, DECODE_IMPLS, RUN_IMPLS, TRAIN_IMPLS, precision_of
 
 DEFAULT_SECONDS = 60.0        # measured training seconds per implementation (per round)
 DEFAULT_TRAIN_ROUNDS = 3      # interleaved rounds of training with several implementations
@@ -57,6 +57,9 @@ CHILD_OPTIONS = {"train": ("model", "data", "seconds", "warmup_steps", "batches"
 # options that older revisions' benches may not know, with their defaults: left out of an
 # mtx@REV child's command line when at the default
 NEW_OPTIONS = {"batches": inputs.BATCHINGS[0]}
+NATIVE = "native"  # --isa: oneDNN uncapped; the others are its DNNL_MAX_CPU_ISA values
+ONEDNN_ISAS = ("SSE41", "AVX", "AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16",
+               "AVX512_CORE_AMX")
 log = logging.getLogger("mtx.bench")
 
 
@@ -76,6 +79,22 @@ def impl_names(text, known):
         if revision:
             revisions.checkout(revision)
     return names
+
+
+def runnable(names, default):
+    """``names`` less the bfloat16 implementations where bfloat16 products cannot run on this
+    CPU: left out with a warning from a ``default`` list, a ConfigError when asked for."""
+    from ..precision import bfloat16_unavailable
+    bf16 = [n for n in names if precision_of(n.partition("@")[0]) == "bfloat16"]
+    reason = bf16 and bfloat16_unavailable()
+    if not reason:
+        return names
+    if not default:
+        raise ConfigError(f"--impl {bf16[0]}: bfloat16 products cannot run on this CPU "
+                          f"({reason}); leave it out of --impl")
+    log.warning("%s left out: bfloat16 products cannot run on this CPU (%s)", ", ".join(bf16),
+                reason)
+    return [n for n in names if n not in bf16]
 
 
 def batchings(args):
@@ -145,8 +164,10 @@ def measure_in_children(kind, args, names, report):
                    for key in CHILD_OPTIONS[kind] if getattr(args, key, None) is not None
                    and not (revision and key in NEW_OPTIONS and
                             getattr(args, key) == NEW_OPTIONS[key])]
+        cap = getattr(args, "cap", NATIVE)
         child = workers.run_child(kind, "--impl", impl, *[x for pair in options for x in pair],
-                                  cwd=revisions.checkout(revision) if revision else None)
+                                  cwd=revisions.checkout(revision) if revision else None,
+                                  **({} if cap == NATIVE else {"isa_cap": cap}))
         report[kind][name] = child_result(child, kind, impl)
         if child.get("model_config"):
             report.setdefault("model_config", child["model_config"])
@@ -157,39 +178,68 @@ def measure_in_children(kind, args, names, report):
 
 def measure_rounds(args, names, report):
     """Training of ``names`` in ``args.rounds`` interleaved rounds, each in a process of its own,
-    into report["train"] (each implementation's median round, with "rounds": its per-round
-    results), report["train_ratios"] (paired ratios of the first implementation to each other on
-    the same batches, and of each on every other batching to the first) and the GEMM peaks, measured
-    here before every round (the best of them: a peak taken once catches the host at any speed)."""
-    from .machine import gemm_peak
-    kinds = batchings(args)
-    label = lambda name, batching: name if len(kinds) == 1 else f"{name} ({batching})"
-    per_round = {label(name, b): [] for b in kinds for name in names}
-    peaks = {"float32": [], "bfloat16": []}
+    on each batching (--batches) and under each oneDNN cap (--isa), into report["train"] (each
+    one's median round, with "rounds": its per-round results; its float32 and bfloat16 GEMM
+    peaks), report["train_ratios"] (paired ratios of the first implementation to each other on the
+    same batches and cap, and of each on every other batching or cap to the first) and the GEMM
+    peaks, measured before every round under each cap (the best of them: a peak taken once
+    catches the host at any speed)."""
+    from .machine import gemm_peaks
+    kinds, caps = batchings(args), isa_caps(args)
+
+    def label(name, batching, cap):
+        axes = [x for x, many in ((batching, len(kinds) > 1), (cap, len(caps) > 1)) if many]
+        return f"{name} ({', '.join(axes)})" if axes else name
+    per_round = {label(n, b, c): [] for c in caps for b in kinds for n in names}
+    peaks = {cap: {"float32": [], "bfloat16": []} for cap in caps}
     for r in range(args.rounds):
         log.info("round %d of %d", r + 1, args.rounds)
-        for dtype, measured in peaks.items():
-            measured.append(round(gemm_peak(dtype), 1))
+        for cap in caps:
+            for dtype, value in gemm_peaks(None if cap == NATIVE else cap).items():
+                peaks[cap][dtype].append(value)  # bfloat16: None where it cannot run
+            for batching in kinds:
+                measured = measure_in_children("train", argparse.Namespace(
+                    **{**vars(args), "batches": batching, "cap": cap}), names, report)
+                for name in names:
+                    per_round[label(name, batching, cap)].append(measured["train"][name])
+    best = {cap: {dtype: max(values, key=lambda x: x or 0) for dtype, values in p.items()}
+            for cap, p in peaks.items()}
+    report["gemm_peak_gflop_s"] = best[caps[0]]["float32"]
+    report["gemm_peak_bf16_gflop_s"] = best[caps[0]]["bfloat16"]
+    report["gemm_peak_rounds"] = peaks[caps[0]] if len(caps) == 1 else peaks
+    report["train"] = {}
+    for cap in caps:
         for batching in kinds:
-            measured = measure_in_children("train", argparse.Namespace(
-                **{**vars(args), "batches": batching}), names, report)
             for name in names:
-                per_round[label(name, batching)].append(measured["train"][name])
-    report["gemm_peak_gflop_s"] = max(peaks["float32"])
-    report["gemm_peak_bf16_gflop_s"] = max(peaks["bfloat16"])
-    report["gemm_peak_rounds"] = peaks
-    report["train"] = {key: workers.median_round(rounds) for key, rounds in per_round.items()}
+                key = label(name, batching, cap)
+                report["train"][key] = {**workers.median_round(per_round[key]),
+                                        "gemm_peak_gflop_s": best[cap]["float32"],
+                                        "gemm_peak_bf16_gflop_s": best[cap]["bfloat16"]}
     report["train_ratios"] = {}
-    for batching in kinds:  # the first implementation against each other one, same batches
-        report["train_ratios"].update(workers.paired_ratios(
-            {label(name, batching): per_round[label(name, batching)] for name in names},
-            label(names[0], batching), "tok_s"))
-    for name in names:  # each implementation on every other batching against the first one
-        for batching in kinds[1:]:
-            pair = {label(name, b): per_round[label(name, b)] for b in (batching, kinds[0])}
-            report["train_ratios"].update(workers.paired_ratios(pair, label(name, batching),
-                                                                "tok_s"))
+    pairs = [[label(n, b, c) for n in names] for c in caps for b in kinds]  # same batches, cap
+    pairs += [[label(n, b, c) for b, c in [(x, caps[0]) for x in kinds[1:]] +
+               [(kinds[0], c) for c in caps[1:]]] + [label(n, kinds[0], caps[0])]
+              for n in names]  # each implementation on every other batching or cap: the first
+    for group in pairs:
+        reference = group[0] if len(group) == len(names) else None
+        if reference is not None:
+            report["train_ratios"].update(workers.paired_ratios(
+                {key: per_round[key] for key in group}, reference, "tok_s"))
+            continue
+        for key in group[:-1]:
+            report["train_ratios"].update(workers.paired_ratios(
+                {key: per_round[key], group[-1]: per_round[group[-1]]}, key, "tok_s"))
     return report
+
+
+def isa_caps(args):
+    """--isa 'native,AVX2' -> ['native', 'AVX2'], or ConfigError naming the unknown one."""
+    names = [n for n in getattr(args, "isa", NATIVE).split(",") if n]
+    for name in names or [""]:
+        if name != NATIVE and name not in ONEDNN_ISAS:
+            raise ConfigError(f"--isa {name}: unknown; choose from {NATIVE}, "
+                              f"{', '.join(ONEDNN_ISAS)}")
+    return names
 
 
 def run_measurements(args):
@@ -197,13 +247,16 @@ def run_measurements(args):
     interleaved rounds)."""
     from . import tables
     from .machine import describe
-    if args.command == "decode" and args.impl is None:
+    default = args.command == "decode" and args.impl is None
+    if default:
         if not args.decode_run:
             raise ConfigError("decode: give --impl IMPL[,IMPL...], or --run RUN_DIR")
         args.impl = ",".join(RUN_IMPLS)
-    names = impl_names(args.impl, DECODE_IMPLS if args.command == "decode" else TRAIN_IMPLS)
+    names = runnable(impl_names(args.impl, DECODE_IMPLS if args.command == "decode"
+                                else TRAIN_IMPLS), default)
     elsewhere = any("@" in name for name in names)  # another revision runs in its checkout
-    if args.command == "train" and (len(names) > 1 or len(batchings(args)) > 1 or elsewhere):
+    if args.command == "train" and (len(names) > 1 or len(batchings(args)) > 1
+                                    or len(isa_caps(args)) > 1 or elsewhere):
         report = measure_rounds(args, names, {"machine": describe()})
     elif len(names) == 1 and not elsewhere:
         report = measure(args.command, args, names[0])
@@ -249,7 +302,7 @@ def run_all(args):
     --run, translation."""
     from . import tables
     from .machine import describe
-    names = impl_names(args.impl, TRAIN_IMPLS)
+    names = runnable(impl_names(args.impl, TRAIN_IMPLS), args.impl == ",".join(TRAIN_IMPLS))
     report = measure_rounds(args, names, {"machine": describe()})
     measure_in_children("decode", args, names + (["mtx-recompute"] if "mtx" in names else []),
                         report)
@@ -281,6 +334,11 @@ def option_groups():
                           f"(bucket: gluonnlp's bucket sampler, as mtx and gluonnlp train; "
                           f"packed: length-sorted packing, as fairseq); several: each "
                           f"implementation on each, interleaved")
+    training.add_argument("--isa", default=NATIVE,
+                          help=f"oneDNN caps, comma-separated: {NATIVE} (none) or a "
+                          f"DNNL_MAX_CPU_ISA value ({', '.join(ONEDNN_ISAS)}); several: each "
+                          f"implementation under each, interleaved (e.g. native,AVX2: this CPU "
+                          f"against an AVX2-only one)")
     decoding = argparse.ArgumentParser(add_help=False)
     decoding.add_argument("--steps", type=at_least(1), default=DEFAULT_DECODE_STEPS,
                           help="forced greedy decoding steps")

@@ -3,11 +3,11 @@ import os
 import time
 from pathlib import Path
 
+from ..cpu import cpu_flags, cpu_model, isa_cap
 from .flops import FLOPS_PER_MULTIPLY_ADD, FORWARD_AND_BACKWARD
 
-CPUINFO = "/proc/cpuinfo"
 # Instruction-set flags that decide bfloat16 (and float32) matrix-multiply speed in oneDNN.
-RELEVANT_FLAG_PREFIXES = ("avx512", "amx")
+RELEVANT_FLAG_PREFIXES = ("avx2", "avx512", "amx")
 GEMM_SIZE = 2048     # square FullyConnected, (GEMM_SIZE, GEMM_SIZE) x (GEMM_SIZE, GEMM_SIZE)
 GEMM_REPEATS = 10    # the best of these many
 SHAPE_REPEATS = 5    # forward + backward of each of a step's products: the best of these many
@@ -24,27 +24,14 @@ def best_seconds(run, repeats):
     return best
 
 
-def cpu_info(path=CPUINFO):
-    """(model name, sorted relevant flags) of the first CPU in /proc/cpuinfo; ("unknown", [])
-    where there is none (not Linux)."""
-    fields = {}
-    try:
-        with open(path) as cpuinfo:
-            for line in cpuinfo:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-                if not line.strip():
-                    break  # the first processor's block is enough
-    except OSError:
-        return "unknown", []
-    flags = sorted(f for f in fields.get("flags", "").split()
-                   if f.startswith(RELEVANT_FLAG_PREFIXES))
-    return fields.get("model name", "unknown"), flags
+def cpu_info():
+    """(model name, sorted relevant flags) of this CPU; ("unknown", []) off Linux."""
+    return cpu_model(), sorted(f for f in cpu_flags() if f.startswith(RELEVANT_FLAG_PREFIXES))
 
 
 def describe():
-    """CPU model and its AVX512/AMX flags, core count, MXNet and CTranslate2 versions,
-    OMP_NUM_THREADS. The versions come from the package metadata: importing MXNet would add its
+    """CPU model and its AVX2/AVX512/AMX flags, the oneDNN cap if set, core count, MXNet and
+    CTranslate2 versions, OMP_NUM_THREADS. The versions come from the package metadata: importing MXNet would add its
     memory to the peak of a process that measures CTranslate2."""
     from importlib.metadata import PackageNotFoundError, version
     model, flags = cpu_info()
@@ -52,7 +39,8 @@ def describe():
         ctranslate2 = version("ctranslate2")
     except PackageNotFoundError:
         ctranslate2 = None
-    return {"cpu": model, "cpu_flags": flags, "cores": os.cpu_count(), "mxnet": version("mxnet"),
+    return {"cpu": model, "cpu_flags": flags, "isa_cap": isa_cap(), "cores": os.cpu_count(),
+            "mxnet": version("mxnet"),
             "onednn": onednn_version(), "ctranslate2": ctranslate2,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
 
@@ -87,8 +75,12 @@ def kernel_status():
 def gemm_peak(dtype="float32"):
     """Best of 10 2048^3 FullyConnected, GFLOP/s. ``bfloat16`` runs through oneDNN with MXNet's
     own bfloat16 dtype (`mxnet.contrib.amp.amp.bfloat16`, a structured numpy dtype): the string
-    'bfloat16' is not understood by `amp_cast` in the 1.9.1 wheel, this dtype is."""
+    'bfloat16' is not understood by `amp_cast` in the 1.9.1 wheel, this dtype is. None where
+    bfloat16 products cannot run (`mtx.precision.bfloat16_unavailable`: decided in a child)."""
     import mxnet as mx
+    from ..precision import bfloat16_unavailable
+    if dtype == "bfloat16" and bfloat16_unavailable():
+        return None
     shape = (GEMM_SIZE, GEMM_SIZE)
     a, w = mx.nd.random.normal(shape=shape), mx.nd.random.normal(shape=shape)
     if dtype == "bfloat16":
@@ -97,7 +89,21 @@ def gemm_peak(dtype="float32"):
     best = best_seconds(
         lambda: mx.nd.FullyConnected(a, w, num_hidden=GEMM_SIZE, no_bias=True).wait_to_read(),
         GEMM_REPEATS)
-    return 2 * GEMM_SIZE ** 3 / best / 1e9
+    return round(2 * GEMM_SIZE ** 3 / best / 1e9, 1)
+
+
+def gemm_peaks(isa_cap=None):
+    """{"float32": GFLOP/s, "bfloat16": GFLOP/s or None} (`gemm_peak`), here, or in a child
+    process with oneDNN capped at ``isa_cap`` (a DNNL_MAX_CPU_ISA value, e.g. 'AVX2')."""
+    if isa_cap is None:
+        return {dtype: gemm_peak(dtype) for dtype in ("float32", "bfloat16")}
+    import json
+    import subprocess
+    import sys
+    code = "import json; from mtx.bench.machine import gemm_peaks; print(json.dumps(gemm_peaks()))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "DNNL_MAX_CPU_ISA": isa_cap}, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def products_speed(products):

@@ -12,6 +12,7 @@ the run's weights, with beam 5 and greedily, as a user would (`measure_run_decod
 import itertools
 import json
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -254,14 +255,16 @@ def measure_run_decode(name, run_dir, max_sentences=None):
     return {**result, "sentences": len(src), **impl_facts(name)}, model_cfg
 
 
-def run_child(command, *args, cwd=None):
+def run_child(command, *args, cwd=None, isa_cap=None):
     """``python -m mtx.bench <command> <args>`` in a new process (in ``cwd``: the mtx package
-    found there, e.g. another revision's checkout) -> its JSON report, or {"error": the last line
-    of its stderr}."""
+    found there, e.g. another revision's checkout; with oneDNN capped at ``isa_cap``, e.g.
+    'AVX2') -> its JSON report, or {"error": the last line of its stderr}."""
+    env = {**os.environ, "DNNL_MAX_CPU_ISA": isa_cap} if isa_cap else None
     with tempfile.TemporaryDirectory(prefix="mtx-bench-") as tmp:
         out = Path(tmp) / "report.json"
         done = subprocess.run([sys.executable, "-m", "mtx.bench", command, *map(str, args),
-                               "--out", str(out)], capture_output=True, text=True, cwd=cwd)
+                               "--out", str(out)], capture_output=True, text=True, cwd=cwd,
+                              env=env)
         if done.returncode != 0 or not out.is_file():
             lines = done.stderr.strip().splitlines()
             return {"error": lines[-1] if lines else f"exit code {done.returncode}"}

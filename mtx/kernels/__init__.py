@@ -28,7 +28,6 @@ LayerNorm this process runs and why, for training reports and benchmarks.
 import fcntl
 import hashlib
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -40,6 +39,7 @@ from pathlib import Path
 import mxnet as mx
 
 from .. import files
+from ..cpu import flags_line
 from ..datadir import cache_home
 from ..errors import FileWriteError
 
@@ -55,17 +55,6 @@ class NativeKernelWarning(UserWarning):
 
 class _Unavailable(Exception):
     """The kernels cannot be used here; the message is the reason (one line)."""
-
-
-def cpu_features():
-    """This CPU's instruction-set flags: the library is built with -march=native, so a cache
-    shared by machines with other CPUs (a home directory on a network disk) gets one library
-    per kind."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return next((line for line in cpuinfo if line.startswith("flags")), "")
-    except OSError:
-        return platform.processor()
 
 
 def cache_dir():
@@ -124,7 +113,7 @@ def cache_key():
     """Hash of everything the library's bytes depend on: sources, MXNet, CPU kind, compiler
     (path and version) and the compile command."""
     version, command = build_command("LIBRARY")
-    digest = hashlib.sha256("\0".join([mx.__version__, cpu_features(), version, *command]).encode())
+    digest = hashlib.sha256("\0".join([mx.__version__, flags_line(), version, *command]).encode())
     for source in SOURCES:
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
