@@ -54,7 +54,7 @@ PROBE_SECONDS = 2.0  # fewer rounds (at least 3) where they take longer: a busy 
 # of the AMD hours and bfloat16 in the others.
 BF16_MIN_SPEEDUP = 1.1
 CHILD_SECONDS = 300  # the child's import of MXNet and its probe take a few seconds
-_child_results = {}  # `child_probe`'s answers, one per kind of probe, decided once per process
+_child_results = {}  # `child_probe`'s answers by (kind of probe, oneDNN cap), once per process
 
 
 def cast(F, x, dtype):
@@ -143,8 +143,9 @@ def child_probe(measure):
     """Run bfloat16 products in a child process (this process's environment, so a oneDNN cap
     applies there too) -> {"ok": True} (with ``measure``: and `probe_matmul_speed`'s
     {"float32": GFLOP/s, "bfloat16": GFLOP/s}) or {"error": one line}. Decided once per process
-    for each kind of probe."""
-    key = "speed" if measure else "works"
+    for each kind of probe and oneDNN cap."""
+    cap = isa_cap()
+    key = ("speed" if measure else "works", cap)
     if key not in _child_results:
         code = f"from mtx.precision import probe_here; probe_here({bool(measure)})"
         package_root = str(Path(__file__).resolve().parents[1])  # this mtx, installed or not
@@ -162,7 +163,7 @@ def child_probe(measure):
             result = {"error": f"the probe did not run ({type(err).__name__}: {err})"}
         _child_results[key] = result
         if "error" not in result:
-            _child_results.setdefault("works", {"ok": True})
+            _child_results.setdefault(("works", cap), {"ok": True})
     return _child_results[key]
 
 

@@ -170,7 +170,7 @@ CASES = {
                                  "train.lr='fast' has type str; expected float"),
     "train-unknown-key": ("train", ["model.num_layer=6"], "unknown key model.num_layer"),
     "train-malformed-override": ("train", ["model.num_heads=["], "cannot parse the override"),
-    "train-missing-config-option": ("train", ["model=huge"], "choose one of base, small, tiny"),
+    "train-missing-config-option": ("train", ["model=huge"], "choose one of base, narrow, small, tiny"),
     "train-no-gpu": ("train", ["device=gpu"], "device=gpu but MXNet sees 0 GPU(s)"),
     "train-unknown-device": ("train", ["device=tpu"], "device=tpu is not a device name"),
     "train-seed-not-an-integer": ("train", ["seed=1.5"], "seed=1.5: give an integer"),

@@ -286,3 +286,24 @@ def test_bad_export_outputs_and_backends_are_one_line(tmp_path, monkeypatch):
         backend_of(OmegaConf.create({"ckpt": str(exported), "backend": "mtx"}))
     assert backend_of(OmegaConf.create({"ckpt": str(exported)})) == "ctranslate2"
     assert backend_of(OmegaConf.create({"ckpt": str(other)})) == "mtx"
+
+
+@pytest.mark.parametrize("flags, cap, quantization, device, expected", [
+    ({"avx2", "avx512f", "avx512_vnni"}, None, "int8", "cpu", "default"),  # VNNI: int8 products
+    ({"avx2", "avx_vnni"}, None, "int8", "cpu", "default"),                # AVX-VNNI client CPUs
+    ({"fma", "avx", "avx2"}, None, "int8", "cpu", "float32"),              # AVX2 only
+    ({"avx2", "avx512f", "avx512_vnni"}, "AVX2", "int8", "cpu", "float32"),  # capped
+    ({"avx2", "avx512f", "avx512_vnni"}, "AVX512", "int8", "cpu", "default"),
+    ({"fma", "avx", "avx2"}, None, "float32", "cpu", "default"),
+    ({"fma", "avx", "avx2"}, None, "int8", "gpu", "default"),
+])
+def test_int8_computes_in_int8_only_where_the_cpu_has_dot_products(monkeypatch, flags, cap,
+                                                                    quantization, device, expected):
+    from mtx import cpu
+    from mtx.deploy import backend
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: set(flags))
+    if cap:
+        monkeypatch.setenv("CT2_FORCE_CPU_ISA", cap)
+    else:
+        monkeypatch.delenv("CT2_FORCE_CPU_ISA", raising=False)
+    assert backend.compute_type(quantization, device) == expected

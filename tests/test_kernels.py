@@ -273,3 +273,12 @@ def test_legacy_ops_match_the_numpy_interface(hybridize):
     assert isinstance(summed, np.ndarray)
     onp.testing.assert_allclose(summed.asnumpy(),
                                 0.5 * a.asnumpy().transpose(0, 2, 1, 3) + b.asnumpy(), rtol=1e-6)
+
+
+def test_the_cache_key_changes_with_the_cpu_flags(monkeypatch):
+    """A library built with -march=native on one CPU is never loaded on another kind."""
+    monkeypatch.delenv("CXXFLAGS", raising=False)
+    monkeypatch.setattr(kernels, "flags_line", lambda: "avx avx2 fma")
+    avx2 = kernels.cache_key()
+    monkeypatch.setattr(kernels, "flags_line", lambda: "avx avx2 avx512f avx512bw fma")
+    assert kernels.cache_key() != avx2

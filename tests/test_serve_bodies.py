@@ -16,8 +16,8 @@ from mtx.commands.serve import check_address, section  # noqa: E402
 from mtx.config import DecodeConfig, ModelConfig  # noqa: E402
 from mtx.errors import ConfigError  # noqa: E402
 from mtx.serving.bodies import (AttentionBody, Limits, RequestError, TranslateBody,  # noqa: E402
-                                check_decode_defaults, check_gates, sentence_ids, settings,
-                                validation_message)
+                                check_decode_defaults, check_gates, check_work, sentence_ids,
+                                settings, validation_message)
 from mtx.serving.server import bind  # noqa: E402
 from mtx.serving.service import Batching  # noqa: E402
 from mtx.serving.study import head_study  # noqa: E402
@@ -68,7 +68,8 @@ def test_settings_that_do_not_fit_the_model_or_the_limits(fields, message):
 @pytest.mark.parametrize("lines, status, message", [
     ([], 422, "text is an empty list"),
     (["a"] * 4, 413, "text has 4 sentences; give at most 3"),
-    (["a", "a b c a b c"], 413, r"text\[1\] has 6 subwords; this model reads at most 5"),
+    (["a", "a b c a b c"], 413, r"text\[1\] has 6 subwords; this server takes sentences of at "
+                                r"most 5 \(limits.max_sentence_subwords\)"),
 ])
 def test_sentences_over_the_limits(lines, status, message):
     with pytest.raises(RequestError, match=message) as caught:
@@ -231,3 +232,21 @@ def test_decode_defaults_a_request_could_not_ask_for_are_refused_at_start():
                                                     "limits.max_beam_size=16")):
         check_decode_defaults(DecodeConfig(beam_size=20), Limits())
     check_decode_defaults(DecodeConfig(beam_size=16, length_penalty=10.0), Limits())  # the edge
+
+
+def test_a_request_s_work_is_its_subwords_times_the_beam():
+    limits = Limits(max_request_work=24)
+    ids = [[4, 5, 6], [4]]  # 4 + 2 subwords with their EOS
+    assert check_work(ids, 4, limits) == 24
+    with pytest.raises(RequestError, match=r"the request is 30 subwords x beam of work .* at most "
+                                           r"24 \(limits.max_request_work\)") as caught:
+        check_work(ids, 5, limits)
+    assert caught.value.status == 413
+
+
+def test_the_sentence_limit_defaults_to_the_run_s_training_filter():
+    assert Limits().for_run(128, 1023).max_sentence_subwords == 128
+    assert Limits().for_run(2000, 1023).max_sentence_subwords == 1023  # at most the positions
+    assert Limits(max_sentence_subwords=40).for_run(128, 1023).max_sentence_subwords == 40
+    with pytest.raises(ConfigError, match="limits.max_request_work=0 must be at least 1"):
+        Limits(max_request_work=0)

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from mtx.serving.worker import Busy, ModelWorker, Stopping
+from mtx.serving.worker import Abandoned, Busy, ModelWorker, Stopping
 
 TIMEOUT = 30  # seconds; only reached if a test is broken
 
@@ -151,3 +151,46 @@ def test_start_raises_what_the_warm_up_raised():
         raise OSError("no model")
     with pytest.raises(OSError, match="no model"):
         ModelWorker(Model(), 0.0, 10, 10, on_start=broken_warm_up).start()
+
+
+def test_a_request_of_many_parts_takes_turns_with_later_ones():
+    """A four-part job queued before a one-part one: the one-part job runs in the second batch
+    (beside the heavy job's second part), not after all four parts."""
+    model = Model()
+    w = worker(model, max_batch_tokens=10)
+    _, (heavy, light) = while_busy(model, w, lambda: [
+        w.submit_parts("k", [(10, 4), (20, 4), (30, 4), (40, 4)]), w.submit("k", 5, 4)])
+    assert heavy.result(TIMEOUT) == [20, 40, 60, 80] and light.result(TIMEOUT) == 10
+    assert [payloads for _, payloads in model.calls] == [[1], [10, 5], [20], [30], [40]]
+
+
+def test_an_abandoned_job_runs_no_more_parts():
+    model = Model()
+    w = worker(model)
+    model.hold.clear()
+    heavy = w.submit_parts("k", [(10, 1), (20, 1), (30, 1)])
+    assert model.busy.wait(TIMEOUT)  # inside its first part
+    heavy.abandon()
+    model.hold.set()
+    with pytest.raises(Abandoned):
+        heavy.result(TIMEOUT)
+    assert w.submit("k", 7, 1).result(TIMEOUT) == 14
+    assert [payloads for _, payloads in model.calls] == [[10], [7]]
+    assert w.stats.abandoned == 1 and w.queued_tokens() == 0
+    w.stop(TIMEOUT)
+
+
+def test_the_queue_counts_work_not_only_requests():
+    model = Model()
+    w = ModelWorker(model, max_wait=0.0, max_batch_tokens=100, max_queue=100,
+                    max_queue_tokens=10).start()
+
+    def submit_until_full():
+        queued = [w.submit("k", 2, 6)]  # 1 running + 6 waiting = 7 of 10
+        with pytest.raises(Busy, match="7 subwords x beam of work are waiting already"):
+            w.submit("k", 3, 4)
+        return queued
+    _, queued = while_busy(model, w, submit_until_full)
+    assert [f.result(TIMEOUT) for f in queued] == [4]
+    assert w.queued_tokens() == 0
+    w.stop(TIMEOUT)

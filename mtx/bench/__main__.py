@@ -427,6 +427,8 @@ def build_parser():
     p.add_argument("--max-sentences", type=at_least(1), help="only the first N test sentences")
     p.add_argument("--url", help="a server already running (default: one started here on a "
                    "free loopback port)")
+    p.add_argument("--abuse", action="store_true", help="then ordinary requests alone and just "
+                   "after the heaviest requests the limits allow and clients that hang up")
     return ap
 
 

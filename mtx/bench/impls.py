@@ -4,7 +4,8 @@
     mtx-recompute   (decoding only) mtx without its key/value cache: the whole prefix at each step
     gluonnlp, d2l   the peers (`mtx.bench.peers`)
     ct2-float32, ct2-int8   (decoding a trained run only, ``decode --run``) the run exported to
-                    CTranslate2 with float32 / int8 weights (`mtx.deploy`)
+                    CTranslate2 with float32 / int8 weights (`mtx.deploy`); ct2-int8-as-float32:
+                    the int8 export computed in float32 (int8 weights dequantized at load)
 
 A training step is a callable ``step(batch) -> loss array`` (the step is done when the array is
 read); a greedy decoder is ``greedy(src, src_len, steps, bos) -> (B, steps) ids`` that always
@@ -14,10 +15,15 @@ decodes exactly ``steps`` positions (no early stop, so every model does the same
 from .peers import PEERS
 
 MTX_PRECISIONS = {"mtx": "float32", "mtx-bf16": "bfloat16"}
-CT2_QUANTIZATIONS = {"ct2-float32": "float32", "ct2-int8": "int8"}  # mtx-export quantization=
+CT2_QUANTIZATIONS = {"ct2-float32": "float32", "ct2-int8": "int8",  # mtx-export quantization=
+                     "ct2-int8-as-float32": "int8"}
+# CTranslate2's compute type of each row: the stored type, or int8 weights dequantized at load
+# (what mtx-translate does with an int8 export on a CPU without VNNI: `backend.compute_type`)
+CT2_COMPUTE = {"ct2-float32": "default", "ct2-int8": "default",
+               "ct2-int8-as-float32": "float32"}
 TRAIN_IMPLS = (*MTX_PRECISIONS, *PEERS)
 DECODE_IMPLS = (*TRAIN_IMPLS, "mtx-recompute", *CT2_QUANTIZATIONS)
-RUN_IMPLS = (*MTX_PRECISIONS, *CT2_QUANTIZATIONS)  # what `decode --run` measures by default
+RUN_IMPLS = (*MTX_PRECISIONS, "ct2-float32", "ct2-int8")  # what `decode --run` measures by default
 
 
 def precision_of(name):
@@ -110,7 +116,7 @@ def run_translators(name, run_dir, tmp_dir):
     if name in CT2_QUANTIZATIONS:
         from ..deploy.backend import CTranslate2Translator
         model_dir = export_in_child(run_dir, CT2_QUANTIZATIONS[name], tmp_dir)
-        loaded = CTranslate2Translator(model_dir, DecodeConfig())
+        loaded = CTranslate2Translator(model_dir, DecodeConfig(), compute=CT2_COMPUTE[name])
         return loaded.with_settings, loaded.tokenizer
     import mxnet as mx
     from ..precision import set_precision

@@ -2,7 +2,7 @@
 translation of the same sentences.
 
     mtx-bench serve --run RUN [--clients 1,4,16] [--seconds 20] [--beam 5]
-                    [--max-sentences 200] [--url http://127.0.0.1:PORT] [--out FILE]
+                    [--max-sentences 200] [--url http://127.0.0.1:PORT] [--abuse] [--out FILE]
 
 1. One at a time: this process loads the run and translates the test sentences one by one (a
    `Translator` call per sentence, no HTTP) for --seconds.
@@ -12,6 +12,10 @@ translation of the same sentences.
    --seconds. Every answer is checked (HTTP 200 and one translation); anything else is a failed
    request. The server's /health before and after gives how many model calls (batches) served
    the requests.
+
+3. With --abuse: sixteen ordinary one-sentence requests at once, alone, then just after four of
+   the heaviest requests the server's limits allow and two such requests whose clients hang up
+   at once (`abuse`), with /health polled throughout.
 
 Each mode reports requests, failed, sentences/s, p50/p99 latency in ms and the ratio of its
 throughput to one at a time. Client and server share the machine's cores: the clients are
@@ -183,6 +187,115 @@ class ServerProcess:
         return self.process.returncode
 
 
+ABUSE_HEAVY, ABUSE_HANG_UPS, ABUSE_ORDINARY = 4, 2, 16  # issue #35's mix
+
+
+def heaviest_request(tokenizer, sentences, info):
+    """The heaviest /translate body the server's limits (/info) allow: sentences of at most
+    ``max_sentence_subwords`` subwords, at the largest beam, as many as the work limit takes."""
+    limits = info["limits"]
+    longest, beam = limits["max_sentence_subwords"], limits["max_beam_size"]
+    words = " ".join(sentences).split()
+    while len(tokenizer.encode([" ".join(words)])[0]) > longest:
+        words = words[:max(1, int(len(words) * 0.9))]
+    text = " ".join(words)
+    work = (len(tokenizer.encode([text])[0]) + 1) * beam
+    count = max(1, min(limits["max_sentences"], limits["max_request_work"] // work))
+    return {"text": [text] * count, "beam_size": beam}
+
+
+def post_once(url, body, hang_up=False):
+    """One POST /translate on a new connection -> (status, seconds); ``hang_up``: close the
+    connection right after sending (the server must drop the work)."""
+    parts = urlparse(url)
+    tic = time.perf_counter()
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
+    try:
+        connection.request("POST", "/translate", json.dumps(body),
+                           {"Content-Type": "application/json"})
+        if hang_up:
+            return None, time.perf_counter() - tic
+        response = connection.getresponse()
+        response.read()
+        return response.status, time.perf_counter() - tic
+    except (OSError, http.client.HTTPException):
+        return "error", time.perf_counter() - tic
+    finally:
+        connection.close()
+
+
+def in_threads(calls):
+    """Run each of ``calls`` (functions of no argument) in its own thread, all at once ->
+    their results, in order."""
+    results = [None] * len(calls)
+
+    def run(i):
+        results[i] = calls[i]()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    return threads, results
+
+
+def abuse(url, tokenizer, sentences, beam):
+    """Sixteen ordinary one-sentence requests alone, then again just after four of the heaviest
+    requests the limits allow and two such requests whose clients hang up, with /health polled
+    throughout -> {alone, beside_abuse, heavy, health_ms_max}."""
+    info = Client(url, beam).get("/info")
+    heavy = heaviest_request(tokenizer, sentences, info)
+    ordinary = [{"text": [s], "beam_size": beam} for s in sentences[:ABUSE_ORDINARY]]
+
+    def ordinary_round():
+        threads, results = in_threads([lambda b=b: post_once(url, b) for b in ordinary])
+        for thread in threads:
+            thread.join()
+        return results
+    alone = ordinary_round()
+    polling, health_seconds = threading.Event(), []
+
+    def poll_health():
+        while not polling.is_set():
+            tic = time.perf_counter()
+            Client(url, beam).get("/health")
+            health_seconds.append(time.perf_counter() - tic)
+            time.sleep(0.1)
+    poller = threading.Thread(target=poll_health)
+    poller.start()
+    abusers, heavy_results = in_threads(
+        [lambda: post_once(url, heavy)] * ABUSE_HEAVY +
+        [lambda: post_once(url, heavy, hang_up=True)] * ABUSE_HANG_UPS)
+    time.sleep(0.2)  # the heavy requests are in first
+    beside = ordinary_round()
+    for thread in abusers:
+        thread.join()
+    polling.set()
+    poller.join()
+
+    def latency(results):
+        seconds = [dt for status, dt in results if status == 200]
+        return {"answered": len(seconds), "of": len(results), **percentiles(seconds),
+                "p95_ms": round(float(onp.percentile(seconds, 95)) * 1000, 1) if seconds else None,
+                "max_ms": round(max(seconds) * 1000, 1) if seconds else None}
+    return {"heavy_request": {"sentences": len(heavy["text"]), "beam": heavy["beam_size"]},
+            "alone": latency(alone), "beside_abuse": latency(beside),
+            "heavy": [{"status": status, "seconds": round(dt, 2)} for status, dt in heavy_results],
+            "health_ms_max": round(max(health_seconds) * 1000, 1) if health_seconds else None}
+
+
+def abuse_table(result):
+    heavy = ", ".join(f"{h['status']} in {h['seconds']} s" for h in result["heavy"])
+    lines = [f"heavy request: {result['heavy_request']['sentences']} sentences at beam "
+             f"{result['heavy_request']['beam']}; /health at most {result['health_ms_max']} ms "
+             f"throughout; heavy and hung-up requests: {heavy}", "",
+             "| 16 ordinary one-sentence requests | answered | p50 ms | p95 ms | p99 ms | max ms |",
+             "|---|---|---|---|---|---|"]
+    for label, key in (("alone", "alone"), ("just after 4 heavy + 2 hung up", "beside_abuse")):
+        r = result[key]
+        lines.append(f"| {label} | {r['answered']}/{r['of']} | {r['p50_ms']} | {r['p95_ms']} | "
+                     f"{r['p99_ms']} | {r['max_ms']} |")
+    return "\n".join(lines)
+
+
 def measure_serve(args):
     """The whole measurement -> (report, table)."""
     from .inputs import run_seed, test_text
@@ -211,10 +324,18 @@ def measure_serve(args):
         for n in clients:
             report["server"][str(n)] = under_load(url, sentences, args.beam, n, args.seconds)
             log.info("%d client(s): %s", n, report["server"][str(n)])
+        if args.abuse:
+            from ..corpus import load_tokenizer
+            report["abuse"] = abuse(url, load_tokenizer(args.run), sentences, args.beam)
+            log.info("abuse: %s", report["abuse"])
     finally:
         if server is not None:
             report["server_exit_code"] = server.stop()
-    return report, table(report)
+    text = table(report)
+    if "abuse" in report:
+        text += "\n\n" + abuse_table(report["abuse"]) + (
+            f"\n\nserver exit code after SIGTERM: {report.get('server_exit_code')}")
+    return report, text
 
 
 def table(report):

@@ -15,7 +15,8 @@ from .common import decoding_options, hydra_command, load_decoder
 log = logging.getLogger("mtx.serve")
 DECODING_PRECISION = "float32"  # load_run builds the model in float32; serving computes in it
 MAX_SHUTDOWN_SECONDS = 3600
-SECTIONS = {"limits": "max_sentences", "batching": "max_wait_ms"}  # groups of conf/serve.yaml
+SECTIONS = {"limits": "max_sentences", "batching": "max_wait_ms",  # groups of conf/serve.yaml
+            "access": "token"}
 
 
 def check_serving_installed():
@@ -46,13 +47,15 @@ def section(cfg, name, cls):
     if not OmegaConf.is_dict(values):
         raise ConfigError(f"{name}={values}: {name} is a group of settings (conf/serve.yaml); "
                           f"set one of them, e.g. {name}.{SECTIONS[name]}=...")
-    return from_dict(cls, OmegaConf.to_container(values), name)
+    return from_dict(cls, OmegaConf.to_container(values, resolve=True), name)
 
 
 def checkpoint_info(cfg):
-    """/info's checkpoint: the run, the checkpoint asked for and, for auto, the one used."""
+    """/info's checkpoint: the run's folder name and the checkpoint's name (no path of the
+    machine: the server's log has those)."""
     run = RunDir(Path(cfg.ckpt).resolve())
-    info = {"run": str(run.path), "checkpoint": str(run.checkpoint_name(cfg.checkpoint))}
+    checkpoint = Path(str(run.checkpoint_name(cfg.checkpoint)))
+    info = {"run": run.path.name, "checkpoint": checkpoint.name}
     report = run.report()
     if report:
         info["trained_precision"] = report.get("precision")
@@ -62,6 +65,7 @@ def checkpoint_info(cfg):
 def serve(cfg):
     """Load the run ``cfg.ckpt``, warm it up, and serve it on ``cfg.host``:``cfg.port``."""
     check_serving_installed()
+    from ..serving.access import Access
     from ..serving.bodies import Limits, check_decode_defaults
     from ..serving.server import bind, serve as run_server
     from ..serving.service import Batching, build_service
@@ -70,6 +74,7 @@ def serve(cfg):
     decode_cfg, ctx = decoding_options(cfg)
     check_decode_defaults(decode_cfg, limits)
     batching = section(cfg, "batching", Batching)
+    access = section(cfg, "access", Access)
     sock = bind(cfg.host, cfg.port)
     use_numpy_interface()
     model, tokenizer, data_cfg = load_decoder(cfg, ctx)
@@ -79,7 +84,7 @@ def serve(cfg):
         log.info("head study: %s", service.study["reason"])
     log.info("warming up %s (%s parameters)", cfg.ckpt, f"{service.info['parameters']:,}")
     service.start()
-    run_server(service, sock, cfg.shutdown_seconds)
+    run_server(service, sock, cfg.shutdown_seconds, access)
 
 
 # mtx-serve and scripts/serve.py

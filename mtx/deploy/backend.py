@@ -23,6 +23,7 @@ The decoding settings mean what they mean in mtx:
   comment has a measurement, docs/deploy.md the table.
 """
 import copy
+import logging
 import os
 
 from ..config import gnmt_penalty, output_limits
@@ -38,6 +39,25 @@ DEVICES = {"cpu": "cpu", "gpu": "cuda", "auto": "auto"}
 # score than mtx's; with 2, one differed, and it scored higher than mtx's (2026-11-30, Intel
 # Xeon, 2 threads: 11.4 s against 13.7 s, in one round on a shared machine).
 PATIENCE = 2
+# CPU instructions that multiply int8 with int8 and add in one step (VNNI, AMX). Without them an
+# int8 export computed in int8 ran 1.8x slower than float32 on an AVX2-only AMD EPYC; its weights
+# are then dequantized to float32 at load (`compute_type`). docs/deploy.md has the measurements.
+INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+CT2_ISA_CAP = "CT2_FORCE_CPU_ISA"  # CTranslate2's own cap, e.g. AVX2
+
+
+def compute_type(quantization, device="cpu"):
+    """CTranslate2's compute type for an export stored as ``quantization`` on ``device``:
+    "default" (the stored type), except an int8 export on a CPU without int8 dot-product
+    instructions (or with CTranslate2 capped below AVX-512), which computes in float32."""
+    from ..cpu import cpu_flags
+    if device not in ("cpu", None) and not str(device).startswith("cpu"):
+        return "default"
+    if not str(quantization).startswith("int8"):
+        return "default"
+    cap = os.environ.get(CT2_ISA_CAP, "").upper()
+    has_dot_product = bool(cpu_flags() & set(INT8_DOT_PRODUCT_FLAGS))
+    return "default" if has_dot_product and (not cap or cap.startswith("AVX512")) else "float32"
 
 
 def ct2_device(device):
@@ -50,7 +70,7 @@ def ct2_device(device):
 class CTranslate2Translator(LineTranslator):
     """Lines of text -> lines of text with an exported model directory (`mtx.deploy.export`)."""
 
-    def __init__(self, model_dir, decode_cfg, device="cpu", compute_type="default", threads=0):
+    def __init__(self, model_dir, decode_cfg, device="cpu", compute="auto", threads=0):
         from ..corpus import load_tokenizer
         ctranslate2 = require()
         info = read_export_info(model_dir)
@@ -61,8 +81,15 @@ class CTranslate2Translator(LineTranslator):
         self.pieces = self.tokenizer.pieces(range(len(self.tokenizer)))
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         kind, index = ct2_device(device)
+        self.compute_type = (compute_type(info.get("quantization"), device) if compute == "auto"
+                             else compute)
+        if compute == "auto" and self.compute_type == "float32":
+            logging.getLogger("mtx").info(
+                "int8 export computed in float32 here: this CPU has no int8 dot-product "
+                "instructions (VNNI/AMX) or %s caps them, and int8 products are slower "
+                "without them (docs/deploy.md)", CT2_ISA_CAP)
         self.translator = ctranslate2.Translator(
-            str(model_dir), device=kind, device_index=index, compute_type=compute_type,
+            str(model_dir), device=kind, device_index=index, compute_type=self.compute_type,
             inter_threads=1, intra_threads=threads or int(os.environ.get("OMP_NUM_THREADS", 0)))
 
     def with_settings(self, decode_cfg):

@@ -5,6 +5,7 @@ true is not an integer; unknown fields are refused); `settings` and `sentence_id
 against the model and the server's limits. Every problem is a `RequestError`: an HTTP status
 and one line naming the field and what it should be. Nothing in a request names a file.
 """
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import List, Optional
@@ -20,24 +21,57 @@ class RequestError(ValueError):
     """A request that cannot be served: ``status`` (4xx, or 503 when busy or stopping) and a
     one-line message."""
 
-    def __init__(self, message, status=422):
+    def __init__(self, message, status=422, headers=None):
         super().__init__(message)
-        self.status = status
+        self.status, self.headers = status, headers
 
 
 @dataclass(frozen=True)
 class Limits:
-    """conf/serve.yaml ``limits``: what one request may ask for."""
+    """conf/serve.yaml ``limits``: what one request may ask for, and what the server holds.
+    Work is counted as source subwords (each sentence's with its EOS) times the beam: what a
+    request costs the model."""
     max_sentences: int = 64      # sentences in one /translate request
     max_body_bytes: int = 65536  # request body
     max_beam_size: int = 16
     max_queue: int = 256         # requests waiting for the model; more are refused (503)
     max_attention_subwords: int = 128  # a /attention sentence: its weights grow with its square
+    max_sentence_subwords: Optional[int] = None  # None: the run's data.max_len (`for_run`)
+    max_request_work: int = 8192  # source subwords x beam in one request
+    max_connections: int = 64    # open connections; more are refused (503)
+    body_seconds: float = 10.0   # a request body must arrive within this many seconds
+    request_seconds: float = 30.0  # a request's answer: past this, 504 and its work is dropped
+    max_queue_work: int = 65536  # work waiting for the model; more is refused (503)
 
     def __post_init__(self):
         for key, value in vars(self).items():
-            if value < 1:
+            if key.endswith("_seconds"):
+                if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                    raise ConfigError(f"limits.{key}={value}: give a number of seconds above 0")
+            elif value is not None and not value >= 1:
                 raise ConfigError(f"limits.{key}={value} must be at least 1")
+
+    def for_run(self, data_max_len, max_src_len):
+        """These limits with ``max_sentence_subwords`` resolved: the run's training filter
+        (data.max_len), at most the model's positions."""
+        most = self.max_sentence_subwords or data_max_len
+        return dataclasses.replace(self, max_sentence_subwords=min(most, max_src_len))
+
+
+def request_work(ids, beam_size):
+    """The work of sentences (lists of source ids) decoded at ``beam_size``."""
+    return sum(len(sentence) + 1 for sentence in ids) * beam_size
+
+
+def check_work(ids, beam_size, limits):
+    """413 naming the limit when the request's work is over ``limits.max_request_work``."""
+    work = request_work(ids, beam_size)
+    if work > limits.max_request_work:
+        raise RequestError(f"the request is {work} subwords x beam of work (its sentences' "
+                           f"subwords with EOS, times beam {beam_size}); this server takes at most "
+                           f"{limits.max_request_work} (limits.max_request_work): send fewer "
+                           f"sentences or a smaller beam_size", status=413)
+    return work
 
 
 def check_decode_defaults(decode_cfg, limits):
@@ -113,7 +147,8 @@ def check_gates(gates, model_cfg):
 
 def sentence_ids(engine, lines, limits):
     """Sentences -> their source ids, checked: 1 to max_sentences of them, none longer than
-    the model's positions (the command-line translate cuts such a line; the API refuses it)."""
+    limits.max_sentence_subwords (at most the model's positions; the command-line translate
+    cuts such a line, the API refuses it)."""
     if not lines:
         raise RequestError("text is an empty list; give 1 to "
                            f"{limits.max_sentences} sentences")
@@ -127,10 +162,12 @@ def sentence_ids(engine, lines, limits):
             raise RequestError(f"text[{i}] is not valid Unicode ({err.reason} at character "
                                f"{err.start}): send the text as UTF-8") from None
     ids = engine.encode(lines)
+    most = limits.max_sentence_subwords or engine.max_src_len
     for i, sentence in enumerate(ids):
-        if len(sentence) > engine.max_src_len:
-            raise RequestError(f"text[{i}] has {len(sentence)} subwords; this model reads at "
-                               f"most {engine.max_src_len}: split the sentence", status=413)
+        if len(sentence) > most:
+            raise RequestError(f"text[{i}] has {len(sentence)} subwords; this server takes "
+                               f"sentences of at most {most} (limits.max_sentence_subwords): "
+                               f"split the sentence", status=413)
     return ids
 
 

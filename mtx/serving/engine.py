@@ -7,6 +7,7 @@ Shapes: ``gates`` (A, H) as nested tuples, one row per attention layer in
 attention weights come back as one (H_a, Tq, Tk) nested list per layer (H_a = the layer's heads).
 """
 import dataclasses
+import json
 from typing import NamedTuple, Optional, Tuple
 
 from mxnet import np
@@ -17,6 +18,12 @@ from ..vocab import EOS
 
 TRANSLATE, ATTENTION = "translate", "attention"
 WEIGHT_DECIMALS = 3  # attention weights sent to the page: enough for a heatmap, 3x smaller JSON
+
+
+def compact_json(value):
+    """``value`` as JSON bytes without spaces (the attention weights are most of a page's data;
+    float64-rounded so that 0.123 is sent as 0.123, not as float32's 0.12300000339746475)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
 class Settings(NamedTuple):
@@ -41,13 +48,14 @@ class Engine:
     def run_batch(self, key, payloads):
         """`mtx.serving.worker` calls this. key = (TRANSLATE, Settings): payloads are lists of
         sentences' ids, each gets its sentences' n-best [(text, score)]; key = (ATTENTION,
-        Settings): payloads are one sentence's ids each, each gets `attention`'s dict."""
+        Settings): payloads are one sentence's ids each, each gets `attention`'s dict as
+        compact JSON bytes (serialised here, in the worker thread, not on the event loop)."""
         kind, settings = key
         if kind == TRANSLATE:
             flat = [ids for sentences in payloads for ids in sentences]
             results = iter(nbest_texts(self.tokenizer, self._search(settings, flat)))
             return [[next(results) for _ in sentences] for sentences in payloads]
-        return [self.attention(settings, ids) for ids in payloads]
+        return [compact_json(self.attention(settings, ids)) for ids in payloads]
 
     def attention(self, settings, src_ids):
         """One sentence translated with ``settings``, and every layer's attention over it in a
@@ -59,7 +67,7 @@ class Engine:
         for layer, w in zip(self.model.cfg.attention_layers(), weights):  # (H_a, Tq, Tk)
             layers.append({"row": layer.row, "name": layer.name, "kind": layer.kind,
                            "layer": layer.layer, "queries": layer.queries, "keys": layer.keys,
-                           "weights": w.round(WEIGHT_DECIMALS).tolist()})
+                           "weights": w.astype("float64").round(WEIGHT_DECIMALS).tolist()})
         source, target = attention_axes(self.tokenizer, src_ids, out_ids)
         return {"translation": self.tokenizer.decode([out_ids])[0], "score": score,
                 "source": source, "target": target, "layers": layers}

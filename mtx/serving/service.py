@@ -8,24 +8,28 @@ loop stays free to take more requests while the model is busy, and those are bat
 import asyncio
 import dataclasses
 import logging
+import math
+import time
 from dataclasses import dataclass
 
 from ..devices import use_numpy_interface
 from ..errors import ConfigError
-from .bodies import RequestError, sentence_ids, settings
+from .bodies import RequestError, check_work, sentence_ids, settings
 from .engine import ATTENTION, TRANSLATE, Engine
 from .study import head_study
 from .worker import Busy, ModelWorker, Stopping
 
 log = logging.getLogger(__name__)
+STUCK_SECONDS = 120.0  # a batch running longer than this makes the server not ready
+WAKE_SECONDS = 0.5  # a waiting request looks at the shutdown deadline this often
 
 
 @dataclass(frozen=True)
 class Batching:
     """conf/serve.yaml ``batching``: how long the worker waits for requests to join a batch,
-    and how many source subwords a batch takes at most."""
+    and how much work (source subwords x beam) a batch takes at most."""
     max_wait_ms: float = 5.0
-    max_batch_tokens: int = 2048
+    max_batch_tokens: int = 8192
 
     def __post_init__(self):
         if not 0 <= self.max_wait_ms <= 1000:
@@ -33,15 +37,24 @@ class Batching:
         if self.max_batch_tokens < 1:
             raise ConfigError(f"batching.max_batch_tokens={self.max_batch_tokens}: give 1 or more")
 
+    @property
+    def part_tokens(self):
+        """The work of one part of a request: an eighth of a batch, so a few heavy requests
+        leave room for others in every batch (`mtx.serving.worker`)."""
+        return max(1, self.max_batch_tokens // 8)
+
 
 class Service:
     """One loaded run served: ``engine`` (the model), the worker that owns it, the limits."""
 
     def __init__(self, engine: Engine, limits, batching: Batching, info, study):
         self.engine, self.limits, self.info, self.study = engine, limits, info, study
+        self.batching = batching
         self.worker = ModelWorker(engine.run_batch, batching.max_wait_ms / 1000,
                                   batching.max_batch_tokens, limits.max_queue,
-                                  on_start=self._start_worker)
+                                  on_start=self._start_worker,
+                                  max_queue_tokens=limits.max_queue_work)
+        self.stop_deadline = None  # time.monotonic() by which requests in flight are answered
 
     def _start_worker(self):
         use_numpy_interface()  # MXNet's NumPy mode is per thread
@@ -51,17 +64,25 @@ class Service:
         """Start the worker and wait for its warm-up (the first model calls trace graphs)."""
         self.worker.start()
 
-    def close(self):
-        """Refuse new requests from now on; those queued are still answered."""
+    def close(self, seconds=None):
+        """Refuse new requests from now on; those queued are still answered, within ``seconds``
+        (after that each gets 503)."""
+        if seconds is not None and self.stop_deadline is None:
+            self.stop_deadline = time.monotonic() + seconds
         self.worker.close()
 
     def stop(self, timeout):
         self.worker.stop(timeout)
 
-    async def translate(self, body):
+    async def translate(self, body, disconnected=None):
+        """``disconnected``: a function that makes an awaitable that ends when the client goes
+        away (its work is dropped then)."""
         decode = settings(body, self.limits, self.engine.decode_cfg, self.engine.model.cfg)
         ids = sentence_ids(self.engine, body.text, self.limits)
-        nbest = await self._ask((TRANSLATE, decode), ids, sum(len(s) + 1 for s in ids))
+        check_work(ids, decode.beam_size, self.limits)
+        parts = split_work(ids, decode.beam_size, self.batching.part_tokens)
+        done = await self._ask((TRANSLATE, decode), parts, disconnected)
+        nbest = [hyps for part in done for hyps in part]
         out = {"translations": [hyps[0][0] for hyps in nbest],
                "scores": [round(hyps[0][1], 4) for hyps in nbest]}
         if decode.nbest > 1:
@@ -69,7 +90,7 @@ class Service:
                             for hyps in nbest]
         return out
 
-    async def attention(self, body):
+    async def attention(self, body, disconnected=None):
         decode = settings(body, self.limits, self.engine.decode_cfg, self.engine.model.cfg)
         ids = sentence_ids(self.engine, [body.text], self.limits)[0]
         if not ids:
@@ -79,25 +100,94 @@ class Service:
             raise RequestError(f"text has {len(ids)} subwords; /attention shows sentences of at "
                                f"most {most} (limits.max_attention_subwords): give a shorter "
                                f"one", status=413)
-        return await self._ask((ATTENTION, decode), ids, len(ids) + 1)
+        work = check_work([ids], decode.beam_size, self.limits)
+        return (await self._ask((ATTENTION, decode), [(ids, work)], disconnected))[0]
 
     def health(self):
-        stats = self.worker.stats
+        """Liveness, with the worker's counters (GET /health)."""
+        stats = dataclasses.asdict(self.worker.stats)
+        since = stats.pop("running_since")
         return {"status": "stopping" if self.worker.stopping else "ok",
-                "queued": self.worker.queued(), **dataclasses.asdict(stats)}
+                "queued": self.worker.queued(), **stats,
+                "running_seconds": 0.0 if since is None else round(time.monotonic() - since, 3)}
 
-    async def _ask(self, key, payload, tokens):
-        """The worker's answer to one job; busy or stopping -> 503."""
+    def not_ready(self):
+        """Why this server should get no traffic now (GET /ready), or None."""
+        stats = self.worker.stats
+        since = stats.running_since
+        if self.worker.stopping:
+            return "stopping"
+        if not self.worker.alive():
+            return "the model worker is not running (see the server's log)"
+        if self.worker.queued() >= self.limits.max_queue:
+            return f"the queue is full ({self.limits.max_queue} requests)"
+        if since is not None and time.monotonic() - since > STUCK_SECONDS:
+            return f"a batch has been running for over {STUCK_SECONDS:.0f} s"
+        return None
+
+    def retry_after(self):
+        """Seconds a refused client should wait: the queue's expected model time, 1 to 60."""
+        per_job = self.worker.seconds_per_job() or 1.0
+        return max(1, min(60, math.ceil(per_job * (self.worker.queued() + 1))))
+
+    async def _ask(self, key, parts, disconnected=None):
+        """The worker's results of one request's parts [(payload, work)]. Busy or stopping:
+        503; past ``limits.request_seconds``: 504; either, or the client gone: its work is
+        dropped (`ModelWorker`: after the part running now)."""
+        retry = {"Retry-After": str(self.retry_after())}
+        waits = set() if disconnected is None else {asyncio.ensure_future(disconnected())}
         try:
-            future = self.worker.submit(key, payload, tokens)
-        except Busy as err:
-            raise RequestError(f"the server is busy ({err}); try again shortly", 503) from None
+            try:
+                future = self.worker.submit_parts(key, parts)
+            except Busy as err:
+                raise RequestError(f"the server is busy ({err}); try again shortly", 503,
+                                   retry) from None
+            answer = asyncio.ensure_future(asyncio.wrap_future(future))
+            waits.add(answer)
+            deadline = time.monotonic() + self.limits.request_seconds
+            while True:
+                end = min(deadline, self.stop_deadline or deadline)
+                done, _ = await asyncio.wait(
+                    waits, timeout=max(0.0, min(end - time.monotonic(), WAKE_SECONDS)),
+                    return_when=asyncio.FIRST_COMPLETED)
+                if answer.done():
+                    return answer.result()
+                problem = self._given_up(bool(done), deadline, retry)
+                if problem:
+                    future.abandon()
+                    raise problem
         except Stopping as err:
-            raise RequestError(f"{err}; try another server or later", 503) from None
-        try:
-            return await asyncio.wrap_future(future)
-        except Stopping as err:
-            raise RequestError(f"{err}; try again later", 503) from None
+            raise RequestError(f"{err}; try again later", 503, retry) from None
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    def _given_up(self, client_gone, deadline, retry):
+        """Why a waiting request ends without its answer (a RequestError), or None."""
+        now = time.monotonic()
+        if client_gone:  # nobody reads an answer
+            return RequestError("the client went away", 499)
+        if self.stop_deadline is not None and now >= self.stop_deadline:
+            return RequestError("the server stopped before this request finished; try again "
+                                "later", 503, retry)
+        if now >= deadline:
+            return RequestError(f"the request took over {self.limits.request_seconds:g} s "
+                                f"(limits.request_seconds); send less work per request", 504)
+        return None
+
+
+def split_work(ids, beam_size, part_tokens):
+    """Sentences (source ids) -> parts [(sentences, work)] of about ``part_tokens`` work each
+    (a sentence is never split), in order."""
+    parts, current, work = [], [], 0
+    for sentence in ids:
+        cost = (len(sentence) + 1) * beam_size
+        if current and work + cost > part_tokens:
+            parts.append((current, work))
+            current, work = [], 0
+        current.append(sentence)
+        work += cost
+    return parts + [(current, work)]
 
 
 def describe(model, data_cfg, decode_cfg, limits, checkpoint, precision):
@@ -112,12 +202,27 @@ def describe(model, data_cfg, decode_cfg, limits, checkpoint, precision):
             "checkpoint": checkpoint, "precision": precision,
             "decode": {"beam_size": decode_cfg.beam_size,
                        "length_penalty": decode_cfg.length_penalty, "nbest": decode_cfg.nbest},
-            "limits": dataclasses.asdict(limits), "max_sentence_subwords": cfg.max_src_len}
+            "limits": dataclasses.asdict(limits),
+            "max_sentence_subwords": limits.max_sentence_subwords}
 
 
 def build_service(model, tokenizer, ctx, decode_cfg, data_cfg, limits, batching, run_dir,
                   checkpoint, precision):
-    """A Service for a loaded run (not started)."""
+    """A Service for a loaded run (not started); ``limits`` resolved for the run
+    (`Limits.for_run`) and checked against the decoding defaults."""
+    limits = limits.for_run(data_cfg.max_len, model.cfg.max_src_len)
+    check_limits_fit(limits, decode_cfg)
     engine = Engine(model, tokenizer, ctx, decode_cfg)
     info = describe(model, data_cfg, decode_cfg, limits, checkpoint, precision)
     return Service(engine, limits, batching, info, head_study(run_dir, model.cfg))
+
+
+def check_limits_fit(limits, decode_cfg):
+    """A sentence of the longest length at the default beam must be within the work limit, or
+    every such request would be refused."""
+    longest = (limits.max_sentence_subwords + 1) * decode_cfg.beam_size
+    if longest > limits.max_request_work:
+        raise ConfigError(f"limits.max_request_work={limits.max_request_work} is below one "
+                          f"sentence of limits.max_sentence_subwords="
+                          f"{limits.max_sentence_subwords} at decode.beam_size="
+                          f"{decode_cfg.beam_size} ({longest}): raise it, or lower the others")

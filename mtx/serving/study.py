@@ -22,26 +22,29 @@ def head_study(run_dir, model_cfg):
     [[a, h], ...], "steps": [[heads removed, BLEU], ...]} or {"available": False, "reason": ...}
     when the run has no study, or one that does not fit ``model_cfg``."""
     folder = Path(run_dir) / "heads"
+    where = "the run's heads/"  # answers name no path of the machine
     try:
         importance = _read(folder / "importance.json")
         pruning = _read(folder / "pruning.json")
         speed = _read(folder / "speed.json") if (folder / "speed.json").is_file() else {}
     except FileNotFoundError:
-        return {"available": False, "reason": f"no head study in {folder} (mtx-heads "
-                                              f"ckpt={run_dir} makes one)"}
+        return {"available": False, "reason": f"no head study in {where} (mtx-heads "
+                                              f"ckpt=<the run> makes one)"}
     except (OSError, ValueError) as err:
-        log.warning("head study not shown: %s", err)
-        return {"available": False, "reason": f"the head study in {folder} cannot be read: {err}"}
+        log.warning("head study in %s not shown: %s", folder, err)
+        reason = getattr(err, "strerror", None) or str(err).replace(str(folder), "heads")
+        return {"available": False, "reason": f"the head study in {where} cannot be read: "
+                                              f"{reason}"}
     if not all(isinstance(x, dict) for x in (importance, pruning, speed)):
-        return {"available": False, "reason": f"the head study in {folder} is not one that "
+        return {"available": False, "reason": f"the head study in {where} is not one that "
                                               f"mtx-heads writes (run it again)"}
     layers = [layer.name for layer in model_cfg.attention_layers()]
     scores = importance.get(SCORE)
     if importance.get("layers") != layers or _shape(scores) != (len(layers), model_cfg.num_heads):
-        return {"available": False, "reason": f"the head study in {folder} is of another model "
+        return {"available": False, "reason": f"the head study in {where} is of another model "
                                               f"(its layers or heads differ)"}
     if not all(is_number(x) and math.isfinite(x) for row in scores for x in row):
-        return {"available": False, "reason": f"the head study in {folder} has scores that are "
+        return {"available": False, "reason": f"the head study in {where} has scores that are "
                                               f"not numbers (run mtx-heads again)"}
     orders = pruning.get("orders")
     orders = orders if isinstance(orders, dict) else {}
@@ -49,7 +52,7 @@ def head_study(run_dir, model_cfg):
     name = chosen if isinstance(chosen, str) and chosen in orders else DEFAULT_ORDER
     order = orders.get(name)
     if not order:
-        return {"available": False, "reason": f"{folder / 'pruning.json'} has no order {name!r}"}
+        return {"available": False, "reason": f"{where}pruning.json has no order {name!r}"}
     curves = pruning.get("curves")
     return {"available": True, "score": SCORE, "importance": scores, "order_name": name,
             "order": order, "steps": curves.get(name, []) if isinstance(curves, dict) else []}
