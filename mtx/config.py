@@ -1,109 +1,22 @@
 """Typed configuration: the one place where sizes and settings are checked.
 
-Scripts turn Hydra's DictConfig into these dataclasses once (`from_dict`); the code below them
-sees only typed values, so an unknown key or an impossible size fails before any work is done.
+Scripts turn Hydra's DictConfig into these dataclasses once (`mtx.typecheck.from_dict`); the
+code below them sees only typed values, so an unknown key or an impossible size fails before any
+work is done.
 """
 import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, NamedTuple, Optional
+from typing import List, Optional
 
 from .errors import ConfigError
+from .topology import attention_layers
 
 # The Hydra configs: the repository's conf/, which travels with the package as mtx/conf (a
 # symbolic link in the repository, copied into wheels), so every command finds it from any
 # working directory.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
-
-
-
-def parse_device(device):
-    """A device name, ``cpu``, ``cpu:N``, ``gpu``, ``gpu:N`` or ``auto`` -> (kind, index);
-    ConfigError for anything else. (MXNet-free: `mtx.devices` turns it into a context, the
-    CTranslate2 backend into its own device names.)"""
-    kind, colon, index = str(device).partition(":")
-    if kind not in ("cpu", "gpu", "auto") or (colon and (kind == "auto" or not index.isdigit())):
-        raise ConfigError(f"device={device} is not a device name: use cpu, cpu:N, gpu, gpu:N "
-                          f"or auto")
-    return kind, int(index or 0)
-
-
-def read_config(cls, path, what):
-    """``cls`` (e.g. ModelConfig) from the JSON file ``path`` a run wrote (``what``, e.g. "model
-    config"): missing, damaged or not such a config -> a one-line CheckpointError naming it."""
-    from .errors import CheckpointError
-    from .files import read_json
-    values = read_json(path, CheckpointError, f"{what} of the run")
-    try:
-        return cls(**values)
-    except (ValueError, TypeError) as err:
-        raise CheckpointError(f"{path}: not a valid {what} ({err})") from None
-
-
-def is_whole(value):
-    """An int of a config (YAML reads ``true`` as a bool, which Python counts as the int 1)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value):
-    """An int or float of a config, not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def from_dict(cls, values, section):
-    """Build dataclass ``cls`` from a mapping. ConfigError names ``section.key`` for an unknown
-    key, and for a value whose type does not fit the field's (int; float, which takes an int
-    too; bool; str; Optional[...]; List[...]; other annotations are not checked)."""
-    import typing
-
-    def fits(value, hint):
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-        if origin is typing.Union:
-            return any(fits(value, arg) for arg in args)
-        if origin is list:
-            return isinstance(value, list) and all(fits(item, args[0]) for item in value)
-        if hint in (int, float):  # True is an int to Python, not to a config
-            return is_whole(value) if hint is int else is_number(value)
-        return isinstance(value, hint) if isinstance(hint, type) else True
-
-    def spell(hint):
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-        if origin is typing.Union:
-            return " or ".join(spell(arg) for arg in args)
-        if origin is list:
-            return f"a list of {spell(args[0])}"
-        return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
-
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(section + '.' + k for k in unknown)}; "
-                          f"valid keys of {section}: {', '.join(sorted(names))}")
-    hints = typing.get_type_hints(cls)
-    for key, value in values.items():
-        if not fits(value, hints[key]):
-            raise ConfigError(f"{section}.{key}={value!r} has type {spell(type(value))}; "
-                              f"expected {spell(hints[key])}")
-    return cls(**values)
-
-
-class AttentionLayer(NamedTuple):
-    """One attention layer of the model, as `ModelConfig.attention_layers` lists them."""
-    row: int    # its row in (A, H) head gates, importance scores and weight lists
-    name: str   # short label: 'enc0 self', 'dec1 cross'
-    kind: str   # 'encoder self' | 'decoder self' | 'decoder cross'
-    layer: int  # index of its encoder or decoder layer
-
-    @property
-    def queries(self):
-        """Which sequence the queries come from: 'source' or 'target'."""
-        return "source" if self.kind == "encoder self" else "target"
-
-    @property
-    def keys(self):
-        """Which sequence the keys come from: 'source' or 'target'."""
-        return "target" if self.kind == "decoder self" else "source"
 
 
 @dataclass(frozen=True)
@@ -149,14 +62,8 @@ class ModelConfig:
         return self.num_hiddens // self.num_heads
 
     def attention_layers(self):
-        """The attention layers in the one order that every per-layer list and (A, H) array
-        uses (head gates, importance rows, `heads_per_layer`, weights, pictures): the encoder's
-        self-attention layers, then self and cross for each decoder layer."""
-        kinds = ([("enc", "encoder self", i) for i in range(self.num_encoder_layers)]
-                 + [("dec", f"decoder {part}", i) for i in range(self.num_decoder_layers)
-                    for part in ("self", "cross")])
-        return [AttentionLayer(row, f"{side}{layer} {kind.split()[1]}", kind, layer)
-                for row, (side, kind, layer) in enumerate(kinds)]
+        """[`mtx.topology.AttentionLayer`] of this model, in the order of every (A, H) array."""
+        return attention_layers(self.num_encoder_layers, self.num_decoder_layers)
 
     @property
     def num_attention_layers(self):

@@ -51,11 +51,11 @@ def test_a_run_validates_checkpoints_and_translates_the_average(tmp_path):
     run, shadow, raw = fit.run_dir, _shadow(fit), _params(fit.model)
     assert all(onp.array_equal(validated[-1][k], v) for k, v in shadow.items())  # validated
     assert any(not onp.allclose(raw[k], v) for k, v in shadow.items())  # and not the raw weights
-    manifest = run.verify("latest")
+    manifest = run.checkpoints.verify("latest")
     assert set(manifest["files"]) == {"params", "states", "ema"}
     for name in ("latest", "epoch_002"):  # translation loads the average ...
         model = Transformer(fit.model.cfg)
-        run.load(run.verify(name), model, mx.cpu())
+        run.checkpoints.load(run.checkpoints.verify(name), model, mx.cpu())
         loaded = _params(model)
         assert all(onp.array_equal(loaded[k], v) for k, v in shadow.items())
     resumed = _fit(tmp_path, max_epochs=2, ema_decay=0.9)  # ... a resume both

@@ -50,7 +50,7 @@ def test_inverse_sqrt_warmup():
 
 def _load_best(run):
     model = Transformer(run.model_config())
-    run.load(run.verify("best"), model, mx.cpu())
+    run.checkpoints.load(run.checkpoints.verify("best"), model, mx.cpu())
     return model
 
 
@@ -59,17 +59,17 @@ def test_checkpoint_round_trip_and_bad_checkpoints(tiny_cfg, tmp_path):
     model = Transformer(tiny_cfg)
     model.initialize(mx.init.Xavier())
     run.write_json("model.json", dataclasses.asdict(tiny_cfg))
-    manifest = run.save("best", model, step=7)
+    manifest = run.checkpoints.save("best", model, step=7)
     src = np.array([[5, 6, 3]], dtype="int32")
     args = (src, np.array([3], dtype="int32"), np.array([[2, 7]], dtype="int32"))
     assert onp.array_equal(_load_best(run)(*args).asnumpy(), model(*args).asnumpy())
     assert not list(tmp_path.rglob(".*.tmp")) and not list(tmp_path.rglob("staging-*"))
 
-    params = run.checkpoints / manifest["files"]["params"]
+    params = run.checkpoints.folder / manifest["files"]["params"]
     params.write_bytes(params.read_bytes()[:-100])  # truncated
     with pytest.raises(CheckpointError, match="checksum mismatch with best.json"):
         _load_best(run)
-    run.save("best", model, step=7)
+    run.checkpoints.save("best", model, step=7)
     run.write_json("model.json", dataclasses.asdict(dataclasses.replace(tiny_cfg, num_heads=4)))
     with pytest.raises(CheckpointError, match="different model config"):
         _load_best(run)

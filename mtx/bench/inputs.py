@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as onp
 from omegaconf import OmegaConf
 
-from ..config import CONF_DIR, DataConfig, ModelConfig, from_dict
+from ..config import CONF_DIR, DataConfig, ModelConfig
+from ..typecheck import from_dict
 from ..datadir import data_dir
 from ..errors import ConfigError
 from ..multi30k import TEST_SPLIT  # what is decoded (the toy task uses the same split name)

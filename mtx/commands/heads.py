@@ -16,7 +16,7 @@ import numpy as onp
 from omegaconf import OmegaConf
 
 from .. import heads
-from ..config import is_number, is_whole
+from ..typecheck import is_number, is_whole
 from ..corpus import load_corpus
 from ..devices import use_numpy_interface
 from ..errors import CheckpointError, ConfigError

@@ -25,7 +25,7 @@ class Checkpointing:
     def resume_point(self, state, name="latest", **meta):
         """Parameters, optimizer state and ``state`` as checkpoint ``name``; its manifest."""
         self.last_save = time.time()
-        return self.run.save(name, self.pieces.model, self.pieces.trainer, state,
+        return self.run.checkpoints.save(name, self.pieces.model, self.pieces.trainer, state,
                              ema=self.pieces.ema, **meta)
 
     def epoch_end(self, state, valid, improved):
@@ -34,12 +34,12 @@ class Checkpointing:
         Older epochs beyond `keep_last` go, with their files."""
         manifest = self.resume_point(state, f"epoch_{state.epoch:03d}", valid=valid)
         if improved:
-            self.run.link("best", manifest)
+            self.run.checkpoints.link("best", manifest)
         faults.point("epoch_end")
-        self.run.link("latest", manifest)
+        self.run.checkpoints.link("latest", manifest)
         keep = max(self.train_cfg.keep_last, self.train_cfg.average_last, 1)
-        self.run.drop(self.run.epoch_names()[:-keep])
-        self.run.collect_garbage()
+        self.run.checkpoints.drop(self.run.checkpoints.epoch_names()[:-keep])
+        self.run.checkpoints.collect_garbage()
 
     def at_log_point(self, state, minutes, parallel):
         """A resume point when one is due (all workers agree; rank 0 writes it)."""
@@ -52,8 +52,8 @@ class Checkpointing:
 
     def interrupted(self, step):
         """The model at Ctrl-C, as checkpoint `interrupted` (not a resume point)."""
-        self.run.save("interrupted", self.pieces.model, ema=self.pieces.ema, step=step)
-        where = ("continues from the last resume point" if self.run.resume_points() else
+        self.run.checkpoints.save("interrupted", self.pieces.model, ema=self.pieces.ema, step=step)
+        where = ("continues from the last resume point" if self.run.checkpoints.resume_points() else
                  "starts it again (no resume point yet: the first comes after "
                  "train.save_every_minutes)")
         log.warning("interrupted at step %d: the model is checkpoint 'interrupted'; "
@@ -64,14 +64,14 @@ class Checkpointing:
         (a damaged one is skipped with a warning); returns its `TrainState`, or None when the run
         has no resume point yet (stopped before its first: it starts again)."""
         model = self.pieces.model
-        names, problem = self.run.resume_points(), None
+        names, problem = self.run.checkpoints.resume_points(), None
         for name in names:
             try:
-                manifest = self.run.verify(name, model.cfg)
+                manifest = self.run.checkpoints.verify(name, model.cfg)
                 if not isinstance(manifest.get("state"), dict):
                     raise CheckpointError(f"{name} holds no training state to resume from")
                 state = TrainState.from_dict(manifest["state"])
-                self.run.load(manifest, model, self.pieces.ctxs, self.pieces.trainer,
+                self.run.checkpoints.load(manifest, model, self.pieces.ctxs, self.pieces.trainer,
                               self.pieces.ema)
             except CheckpointError as err:
                 log.warning("skipping %s: %s", name, err)

@@ -48,7 +48,7 @@ class Fit:
         was one."""
         state = self.checkpointing.restore()
         if self.parallel.is_chief:  # the records of what is trained again go
-            self.run_dir.keep_records_until(*((state.epoch, state.step) if state else (0, 0)))
+            self.run_dir.records.keep_until(*((state.epoch, state.step) if state else (0, 0)))
         if state is None:
             return False
         self.state, self.clock = state, Clock(self.train_cfg.max_minutes, state.minutes)
@@ -104,7 +104,7 @@ class Fit:
         record = meter.record(inverse_sqrt_warmup(self.state.step, cfg.lr, cfg.warmup_steps),
                               self.clock.minutes())
         if record and self.parallel.is_chief:
-            self.run_dir.append_step(record)
+            self.run_dir.records.append_step(record)
 
     def log_point(self):
         """Every `log_every` batches: reseed dropout, save a resume point when one is due, and
@@ -127,7 +127,7 @@ class Fit:
         with ema.applied() if ema is not None else contextlib.nullcontext():
             val_loss, bleu = self.evaluate("val")
         record, improved = state.end_epoch(val_loss, bleu, self.clock.minutes())
-        self.run_dir.append_metrics(record)  # before the checkpoint: a resume drops it if redone
+        self.run_dir.records.append_metrics(record)  # before the checkpoint: a resume drops it if redone
         state.start_epoch()
         state.minutes = self.clock.minutes()
         self.checkpointing.epoch_end(state, record["valid/bleu"], improved)
@@ -146,7 +146,7 @@ class Fit:
                 self.checkpointing.interrupted(self.state.step)
             raise
         finally:
-            self.run_dir.close_events()  # flushed whatever ends the run
+            self.run_dir.records.close()  # flushed whatever ends the run
 
     def check_interrupt(self):
         self.ctrl_c.check()
