@@ -36,12 +36,12 @@ def old_format(path, what):
                            f"one does not read; train the run again, or use the mtx that wrote it")
 
 
-class CheckpointStore:
-    """The checkpoints in ``folder`` (a run's checkpoints/). ``model_config``: a function that
-    returns the ModelConfig the checkpoints must belong to (the run's model.json)."""
+class CheckpointFolder:
+    """The names of the checkpoints in ``folder`` (a run's checkpoints/): which there are and
+    where their manifests are (nothing is verified)."""
 
-    def __init__(self, folder, model_config):
-        self.folder, self.model_config = Path(folder), model_config
+    def __init__(self, folder):
+        self.folder = Path(folder)
 
     def manifests(self):
         return sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []
@@ -57,39 +57,6 @@ class CheckpointStore:
         checkpoints (not `interrupted`, which holds no optimizer state)."""
         latest = ["latest"] if (self.folder / "latest.json").is_file() else []
         return latest + self.epoch_names()[::-1]
-
-    def _store(self, kind, suffix, write):
-        """Write a data file under its content's name; returns (file name, sha256)."""
-        staging = self.folder / f"staging-{kind}{suffix}"
-        atomic_write(staging, write, RESUME_HINT)
-        digest = sha256_of(staging)
-        name = f"{kind}-{digest[:16]}{suffix}"
-        os.replace(staging, self.folder / name)
-        fsync_dir(self.folder)
-        return name, digest
-
-    def save(self, name, model, trainer=None, state=None, ema=None, **meta):
-        """Checkpoint ``name``: parameters (+ optimizer state, training state and the moving
-        average of the weights when given), then the manifest. Returns the manifest."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        files, sha = {}, {}
-        files["params"], sha["params"] = self._store("params", ".params", model.save_parameters)
-        if trainer is not None:
-            files["states"], sha["states"] = self._store("states", ".states", trainer.save_states)
-        if ema is not None:
-            with ema.applied():
-                files["ema"], sha["ema"] = self._store("ema", ".params", model.save_parameters)
-        faults.point("checkpoint")
-        manifest = dict(meta, format=MANIFEST_FORMAT, files=files, sha256=sha,
-                        state=None if state is None else dataclasses.asdict(state),
-                        config=dataclasses.asdict(model.cfg), config_digest=config_digest(model.cfg))
-        atomic_write_json(self.folder / f"{name}.json", manifest, RESUME_HINT)
-        return manifest
-
-    def link(self, name, manifest):
-        """Checkpoint ``name`` as the same files as ``manifest`` (no data is written again)."""
-        manifest = {k: v for k, v in manifest.items() if k != "paths"}  # as `verify` adds
-        atomic_write_json(self.folder / f"{name}.json", manifest, RESUME_HINT)
 
     def manifest_path(self, name):
         """The manifest of checkpoint ``name`` (or a path to one); CheckpointError listing the
@@ -124,6 +91,49 @@ class CheckpointStore:
         raise CheckpointError(f"checkpoint={params_file}: no checkpoint of {self.folder.parent} "
                               f"names this file; choose checkpoint= a name such as best, last or "
                               f"epoch_NNN")
+
+
+
+class CheckpointStore(CheckpointFolder):
+    """The checkpoints in ``folder``, written, verified and loaded. ``model_config``: a function
+    that returns the ModelConfig the checkpoints must belong to (the run's model.json)."""
+
+    def __init__(self, folder, model_config):
+        super().__init__(folder)
+        self.model_config = model_config
+
+    def _store(self, kind, suffix, write):
+        """Write a data file under its content's name; returns (file name, sha256)."""
+        staging = self.folder / f"staging-{kind}{suffix}"
+        atomic_write(staging, write, RESUME_HINT)
+        digest = sha256_of(staging)
+        name = f"{kind}-{digest[:16]}{suffix}"
+        os.replace(staging, self.folder / name)
+        fsync_dir(self.folder)
+        return name, digest
+
+    def save(self, name, model, trainer=None, state=None, ema=None, **meta):
+        """Checkpoint ``name``: parameters (+ optimizer state, training state and the moving
+        average of the weights when given), then the manifest. Returns the manifest."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        files, sha = {}, {}
+        files["params"], sha["params"] = self._store("params", ".params", model.save_parameters)
+        if trainer is not None:
+            files["states"], sha["states"] = self._store("states", ".states", trainer.save_states)
+        if ema is not None:
+            with ema.applied():
+                files["ema"], sha["ema"] = self._store("ema", ".params", model.save_parameters)
+        faults.point("checkpoint")
+        manifest = dict(meta, format=MANIFEST_FORMAT, files=files, sha256=sha,
+                        state=None if state is None else dataclasses.asdict(state),
+                        config=dataclasses.asdict(model.cfg), config_digest=config_digest(model.cfg))
+        atomic_write_json(self.folder / f"{name}.json", manifest, RESUME_HINT)
+        return manifest
+
+    def link(self, name, manifest):
+        """Checkpoint ``name`` as the same files as ``manifest`` (no data is written again)."""
+        manifest = {k: v for k, v in manifest.items() if k != "paths"}  # as `verify` adds
+        atomic_write_json(self.folder / f"{name}.json", manifest, RESUME_HINT)
 
     def verify(self, name, model_cfg=None):
         """The manifest of checkpoint ``name`` (or a path to one) after checking that every file

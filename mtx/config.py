@@ -14,8 +14,7 @@ from .errors import ConfigError
 from .topology import attention_layers
 
 # The Hydra configs: the repository's conf/, which travels with the package as mtx/conf (a
-# symbolic link in the repository, copied into wheels), so every command finds it from any
-# working directory.
+# symbolic link, copied into wheels), so every command finds it from any working directory.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
@@ -32,8 +31,7 @@ class ModelConfig:
     pre_norm: bool = False          # LayerNorm before each sublayer instead of after
     max_len: int = 1024             # longest sequence the positional table covers
     vocab_size: int = 0             # taken from the data; 0 until it is known
-    # Heads kept per attention layer after physical pruning, in `attention_layers` order;
-    # None means num_heads everywhere.
+    # heads of each attention layer after pruning (`attention_layers` order); None: num_heads
     heads_per_layer: Optional[List[int]] = None
 
     def __post_init__(self):
@@ -99,7 +97,8 @@ class DataConfig:
     tgt_lang: str = "de"
     raw_dir: Optional[str] = None   # a local copy of Multi30k task1/raw; else MTX_MULTI30K_DIR; else download
     vocab_size: int = 8000          # joint SentencePiece vocabulary
-    max_len: int = 128              # training pairs longer than this (in subwords) are skipped
+    # training pairs longer than this (in subwords) are skipped; its key is data.max_len
+    max_pair_len: int = field(default=128, metadata={"key": "max_len"})
     # toy task
     task: str = "reverse"           # one of TOY_TASKS
     num_symbols: int = 20
@@ -112,8 +111,8 @@ class DataConfig:
             raise ConfigError(f"data.name={self.name}: choose multi30k or toy")
         if self.vocab_size < 16:
             raise ConfigError(f"data.vocab_size={self.vocab_size} is too small (at least 16)")
-        if self.max_len < 1:
-            raise ConfigError(f"data.max_len={self.max_len} must be at least 1")
+        if self.max_pair_len < 1:
+            raise ConfigError(f"data.max_len={self.max_pair_len} must be at least 1")
         if self.name == "toy":
             if self.task not in TOY_TASKS:
                 raise ConfigError(f"data.task={self.task}: the toy task is one of "
@@ -151,24 +150,18 @@ class TrainConfig:
     save_every_minutes: float = 5.0  # also checkpoint inside an epoch this often (resume point)
     keep_last: int = 5              # epoch checkpoints kept
     average_last: int = 5           # average this many last checkpoints at the end; 0/1 = off
-    ema_decay: float = 0.0          # > 0: keep an exponential moving average of the weights
-                                    # (mtx/training/ema.py) and validate, choose and translate it
-    log_every: int = 50             # steps between progress/metric reads from the device; the
-                                    # mid-epoch checkpoints and dropout reseeding happen there too
+    ema_decay: float = 0.0          # > 0: validate, choose and translate a moving average
+    log_every: int = 50             # steps between reads from the device (and resume points)
     eval_bleu: bool = True          # val BLEU (greedy) each epoch
     hybridize: bool = True
     resume: bool = False
     # Data parallelism: devices of this process (None: the top-level `device`), e.g. [gpu:0,gpu:1];
-    # the KVStore that sums gradients: device | local (one machine), dist_sync |
-    # dist_device_sync (a cluster started by mxnet.tools.launch; see README).
+    # the KVStore that sums gradients: device | local | dist_sync | dist_device_sync (README).
     devices: Optional[List[str]] = None
     kvstore: str = "device"
-    # Matrix multiplies in float32, bfloat16 or float16 (weights, optimizer, LayerNorm, softmax
-    # and loss stay float32); bfloat16 pays off on some CPUs with AVX512-BF16 and not on others
-    # (docs/performance.md), float16 is for GPUs (MXNet's float16 FullyConnected is cuDNN-only).
-    # auto (conf/train/default.yaml) times bfloat16 against float32 at start and keeps the
-    # faster (`mtx.precision.choose_precision`); a resumed run keeps its first choice. Here
-    # float32, so runs built in code (tests, benchmarks) do not depend on a measurement.
+    # Matrix products in float32, bfloat16 or float16 (GPUs only); the rest stays float32. auto
+    # (conf/train/default.yaml) times bfloat16 against float32 at start and keeps the faster
+    # (`mtx.precision.choose_precision`). float32 here: runs built in code measure nothing.
     precision: str = "float32"
     # Dynamic loss scaling (on the device): auto = on for float16 only | dynamic | off.
     loss_scale: str = "auto"

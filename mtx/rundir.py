@@ -20,6 +20,7 @@ from .config import PRECISIONS, DataConfig, ModelConfig
 from .errors import CheckpointError
 from .files import atomic_write_json, atomic_write_text, read_json
 from .records import RunRecords
+from .typecheck import from_keys, to_keys
 
 
 def read_config(cls, path, what):
@@ -27,8 +28,8 @@ def read_config(cls, path, what):
     config"): missing, damaged or not such a config -> a one-line CheckpointError naming it."""
     values = read_json(path, CheckpointError, f"{what} of the run")
     try:
-        return cls(**values)
-    except (ValueError, TypeError) as err:
+        return cls(**from_keys(cls, values))
+    except (ValueError, TypeError, AttributeError) as err:
         raise CheckpointError(f"{path}: not a valid {what} ({err})") from None
 
 
@@ -53,7 +54,7 @@ class RunDir:
         self.checkpoints.folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path / "run.json", identity)
         atomic_write_json(self.path / "model.json", dataclasses.asdict(model_cfg))
-        atomic_write_json(self.path / "data.json", dataclasses.asdict(data_cfg))
+        atomic_write_json(self.path / "data.json", to_keys(data_cfg))
         if resolved_config_yaml is not None:
             atomic_write_text(self.path / "config.yaml", resolved_config_yaml)
 

@@ -165,7 +165,7 @@ def test_build_pieces_runs_the_choice_and_tells_it(monkeypatch, tiny_cfg):
 
 
 def _toy():
-    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_len=64)
+    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_pair_len=64)
     model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
                             num_decoder_layers=1, dropout=0.0)
     return model_cfg, data_cfg

@@ -15,6 +15,7 @@ from mtx.model import Transformer
 from mtx.checkpoints import save_average
 from mtx.resume import check_settings
 from mtx.rundir import RunDir, load_run, require_run
+from mtx.typecheck import to_keys
 from mtx.training import choose_final, new_fit
 
 
@@ -23,7 +24,7 @@ def _params(model):
 
 
 def _fit(tmp_path, **train_overrides):
-    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_len=64)
+    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_pair_len=64)
     corpus = load_corpus(data_cfg, tmp_path / "cache", 3)
     model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
                             num_decoder_layers=1, vocab_size=len(corpus.tokenizer))
@@ -136,7 +137,7 @@ def test_a_damaged_json_file_of_a_run_is_one_clear_error(tmp_path, damaged):
     fit = _fit(tmp_path)
     fit.run()
     save_tokenizer(fit.corpus.tokenizer, fit.run_dir.path)
-    fit.run_dir.write_json("data.json", dataclasses.asdict(DataConfig(name="toy")))
+    fit.run_dir.write_json("data.json", to_keys(DataConfig(name="toy")))
     fit.run_dir.write_json("report.json", {"final": {"checkpoint": "best"}})
     fit.run_dir.checkpoints.link("best", fit.run_dir.checkpoints.verify("latest"))
     load_run(fit.run_dir.path, mx.cpu())  # intact: loads

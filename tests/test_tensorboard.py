@@ -153,7 +153,7 @@ def _fit(run_dir, corpus, data_cfg):
 
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory):
-    data_cfg = DataConfig(name="toy", sizes=[300, 10, 10], max_len=64)
+    data_cfg = DataConfig(name="toy", sizes=[300, 10, 10], max_pair_len=64)
     return load_corpus(data_cfg, tmp_path_factory.mktemp("cache"), 5), data_cfg
 
 

@@ -78,7 +78,7 @@ def test_checkpoint_round_trip_and_bad_checkpoints(tiny_cfg, tmp_path):
 
 
 def _short_fit(tmp_path, seed, **train_overrides):
-    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_len=64)
+    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_pair_len=64)
     corpus = load_corpus(data_cfg, tmp_path / "cache", seed)
     from mtx.config import ModelConfig
     model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,

@@ -205,7 +205,7 @@ def learned_gates(cfg, s):
     gated.hybridize(static_alloc=True)
     model_cfg = s.model.cfg
     target = model_cfg.total_heads - s.to_remove
-    result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_len), s.ctx, target,
+    result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_pair_len), s.ctx, target,
                          cfg.l0.minutes, lr=cfg.l0.lr, gate_lr=cfg.l0.gate_lr,
                          penalty=cfg.l0.penalty, anneal=cfg.l0.anneal,
                          batch_tokens=cfg.l0.batch_tokens,
