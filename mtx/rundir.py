@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from .checkpoints import CheckpointStore, average_into, old_format
-from .config import PRECISIONS, DataConfig, ModelConfig
+from .config import DataConfig, ModelConfig
 from .errors import CheckpointError
 from .files import atomic_write_json, atomic_write_text, read_json
 from .records import RunRecords

@@ -18,16 +18,41 @@ def _shadow(fit):
     return {names[id(p)]: s.asnumpy() for p, s in zip(fit.pieces.ema.params, fit.pieces.ema.shadow)}
 
 
-def test_the_average_follows_its_formula():
-    param = gluon.Parameter("w", shape=(3,))
-    param.initialize(mx.init.Constant(1.0), ctx=mx.cpu())
-    ema, expected = WeightAverage([param], mx.cpu(), 0.9), onp.ones(3)
-    for step, value in enumerate([2.0, -1.0, 5.0, 0.5], 1):
-        param.set_data(np.full((3,), value))
+def _average_of(values, decay, start=0.0):
+    """The average after weights ``values`` (one per update, from step 1), from ``start``."""
+    param = gluon.Parameter("w", shape=(1,))
+    param.initialize(mx.init.Constant(start), ctx=mx.cpu())
+    ema, averages = WeightAverage([param], mx.cpu(), decay), []
+    for step, value in enumerate(values, 1):
+        param.set_data(np.full((1,), value))
         ema.update(step)
-        d = min(0.9, (1 + step) / (10 + step))
-        expected = d * expected + (1 - d) * value
-        assert onp.allclose(ema.shadow[0].asnumpy(), expected, atol=1e-6)
+        averages.append(float(ema.shadow[0].asnumpy()[0]))
+    return averages
+
+
+def test_the_average_of_constant_weights_is_those_weights():
+    assert _average_of([3.0] * 20, 0.999, start=3.0) == pytest.approx([3.0] * 20)
+
+
+def test_the_average_leaves_the_initialisation_quickly_and_then_moves_slowly():
+    """Weights that jump from 0 (the initialisation) to 1: the average moves most of the way
+    in the first steps (it does not keep the random start for long), then follows by less than
+    1 - decay of the remaining way per step, and never overshoots."""
+    averages = _average_of([1.0] * 2000, 0.99)
+    assert averages[0] > 0.5 and averages[9] > 0.9
+    assert all(0 < a <= b <= 1 for a, b in zip(averages, averages[1:]))
+    late = [(b - a) / (1 - a) for a, b in zip(averages[1000:], averages[1001:])]
+    assert max(late) == pytest.approx(0.01, rel=1e-3)  # 1 - decay, once warmed up
+    assert averages[-1] > 1 - 1e-4
+
+
+def test_the_average_smooths_weights_that_swing():
+    """Weights alternating between -1 and +1 average to nearly 0 (a tenth of the swing at
+    decay 0.9), and more smoothing (a larger decay) swings less."""
+    swings = {decay: max(abs(a) for a in _average_of([(-1.0) ** k for k in range(400)],
+                                                     decay)[-50:])
+              for decay in (0.9, 0.99)}
+    assert swings[0.9] < 0.1 and swings[0.99] < swings[0.9]
 
 
 def test_applied_lends_the_average_and_keeps_what_is_loaded():
