@@ -102,8 +102,8 @@ def open_aim(all_heads, target_heads, progress, anneal):
 
 
 class _GateTraining:
-    """The state of one `train_gates` run: the model's and the gates' trainers (`GuardedAdam`),
-    the gate parameters log_alpha (A, H) and the history."""
+    """What one `train_gates` run updates: the model, with its trainer, and the gate parameters
+    log_alpha (A, H), with theirs (both `GuardedAdam`); ``valid`` marks the real heads."""
 
     def __init__(self, model, ctx, lr, gate_lr, label_smoothing):
         cfg = model.cfg
@@ -154,7 +154,8 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
     aim = float(valid.sum())
     while True:
         for batch in bucket_batches(*train_pairs, batch_tokens, shuffle=True, seed=seed + epoch):
-            pushed = valid & ~kept(run.log_alpha.data(ctx).asnumpy(), math.ceil(aim - 1e-6), valid)
+            log_alpha = run.log_alpha.data(ctx).asnumpy()
+            pushed = valid & ~kept(log_alpha, math.ceil(aim - 1e-6), valid)
             nll, p_open, finite = run.step(batch, pushed, penalty, clip_norm)
             step += 1
             nonfinite_run = 0 if float(finite) else nonfinite_run + 1

@@ -96,8 +96,8 @@ def test_events_mirror_the_records_and_a_resume_starts_them_anew(tmp_path):
     run.records.keep_until(epoch=1, step=9)  # resumed at step 9: step 12 is redone
     run.records.append_step(_record(12, 1.5, epoch=2))
     run.records.close()
-    assert [(r["step"], r["train/loss"]) for r in run.records.steps()] == [(3, 4.0), (6, 3.0), (9, 2.0),
-                                                                  (12, 1.5)]
+    assert [(r["step"], r["train/loss"]) for r in run.records.steps()] == [
+        (3, 4.0), (6, 3.0), (9, 2.0), (12, 1.5)]
     scalars, starts = read_events(tmp_path)  # one file: the old one is gone
     assert scalars["train/loss"] == [(3, 4.0), (6, 3.0), (9, 2.0), (12, 1.5)]
     assert scalars["train/lr"] == [(s, pytest.approx(s / 1000)) for s in (3, 6, 9, 12)]
@@ -228,7 +228,7 @@ def test_a_resume_from_a_mid_epoch_checkpoint_redoes_its_records_once(uninterrup
     assert scalars["train/loss"][-1][0] == crash_step
     fit = _fit(run_dir, *toy_data)
     assert fit.restore() and fit.state.step == crash_step - LOG_EVERY
-    assert RunDir(run_dir).records.steps()[-1]["step"] == crash_step - LOG_EVERY  # the record redone
+    assert RunDir(run_dir).records.steps()[-1]["step"] == crash_step - LOG_EVERY  # redone
     fit.run()
     run = RunDir(run_dir)
     assert [m["epoch"] for m in run.records.metrics()] == [1, 2]

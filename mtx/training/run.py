@@ -218,5 +218,5 @@ def new_fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctxs, s
     seed_everything(seed)  # the initial parameters
     parallel = DataParallel(ctxs, train_cfg.kvstore)
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore)
-    return Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_pair_len), train_cfg, decode_cfg, run,
-               parallel, seed)
+    return Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_pair_len), train_cfg, decode_cfg,
+               run, parallel, seed)
