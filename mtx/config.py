@@ -1,9 +1,6 @@
-"""Typed configuration: the one place where sizes and settings are checked.
-
-Scripts turn Hydra's DictConfig into these dataclasses once (`mtx.typecheck.from_dict`); the
-code below them sees only typed values, so an unknown key or an impossible size fails before any
-work is done.
-"""
+"""Typed configuration, the one place where sizes and settings are checked: scripts turn Hydra's
+DictConfig into these dataclasses once (`mtx.typecheck.from_dict`); the code below them sees only
+typed values, so an unknown key or an impossible size fails before any work is done."""
 import dataclasses
 import math
 from dataclasses import dataclass, field
