@@ -29,7 +29,7 @@ def config_digest(model_cfg):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def old_format(path, what):
+def old_format_error(path, what):
     """The refusal of a run file in a format only an mtx from before 2026-11-30 wrote (``what``
     describes it): this mtx reads the formats it writes, nothing older."""
     return CheckpointError(f"{path}: {what}, written by an mtx from before 2026-11-30, which this "
@@ -141,7 +141,7 @@ class CheckpointStore(CheckpointFolder):
         path = self.manifest_path(name)
         manifest = read_json(path, CheckpointError, "checkpoint manifest")
         if isinstance(manifest, dict) and "format" not in manifest and "sha256" in manifest:
-            raise old_format(path, "a checkpoint manifest of format 1 (beside its .params)")
+            raise old_format_error(path, "a checkpoint manifest of format 1 (beside its .params)")
         try:
             files, sha = _files_of(manifest, path), dict(manifest["sha256"])
             digest = manifest["config_digest"]

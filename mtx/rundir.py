@@ -15,7 +15,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from .checkpoints import CheckpointStore, average_into, old_format
+from .checkpoints import CheckpointStore, average_into, old_format_error
 from .config import DataConfig, ModelConfig
 from .errors import CheckpointError
 from .files import atomic_write_json, atomic_write_text, read_json
@@ -69,7 +69,7 @@ class RunDir:
         if path.is_file():
             return read_json(path, CheckpointError, "precision of the run")
         if self.checkpoints.manifests() and (self.path / "config.yaml").is_file():
-            raise old_format(self.path, "a run with checkpoints but no precision.json")
+            raise old_format_error(self.path, "a run with checkpoints but no precision.json")
         return None
 
     def model_config(self):
