@@ -81,8 +81,8 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
         raise CheckpointError(f"{run.path} already holds a run; continue it with "
                               f"train.resume=true or choose a new hydra.run.dir")
     corpus = load_corpus(data_cfg, data_dir, seed, load_tokenizer(run.path) if resuming else None)
-    train_pairs = corpus.train_pairs(data_cfg.max_pair_len)  # none left: a ConfigError, before the
-    # run directory is written
+    # none left: a ConfigError, before the run directory is written
+    train_pairs = corpus.train_pairs(data_cfg.max_pair_len)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
     if resuming:
