@@ -156,7 +156,8 @@ class EpochLog:
     """One epoch's bookkeeping, used as ``with``: its steps' losses (`LossMeter`, read from the
     device only at log points and the end: the loop's only device->host reads), the seconds
     trained, the step records (into ``records``, a `RunRecords`, or None on workers other than
-    the chief, which also show no progress bar) and dropout reseeded at every log point."""
+    the chief, which also show no progress bar) and dropout, reseeded where the epoch starts
+    (or resumes) and at every log point."""
 
     def __init__(self, state, train_cfg, clock, records, num_batches, seed):
         self.state, self.train_cfg, self.clock, self.records = state, train_cfg, clock, records
