@@ -158,7 +158,7 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
             pushed = valid & ~kept(log_alpha, math.ceil(aim - 1e-6), valid)
             nll, p_open, finite = run.step(batch, pushed, penalty, clip_norm)
             step += 1
-            nonfinite_run = 0 if float(finite) else nonfinite_run + 1
+            nonfinite_run = 0 if finite.asscalar() else nonfinite_run + 1
             if nonfinite_run >= max_nonfinite_steps:
                 raise TrainingError(f"the gate training's loss was not finite for {nonfinite_run} "
                                     f"steps in a row; lower l0.lr or l0.gate_lr")
