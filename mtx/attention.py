@@ -153,8 +153,8 @@ class MultiHeadAttention(HybridBlock):
     def _output(self, F, context, head_gate):
         """W_o of the heads' context (B, Tq, H*Dh) -> (B, Tq, D), each head scaled by its gate.
         In a traced graph the gate scales W_o's weight columns (D, H*Dh): in training that is
-        cheaper than scaling the (B, T, H*Dh) context and its gradient (`mtx.model` has the
-        measurement). Imperative calls (decoding one position at a time) scale the small
+        cheaper than scaling the (B, T, H*Dh) context and its gradient (its size does not grow
+        with the batch). Imperative calls (decoding one position at a time) scale the small
         context instead, so W_o's own cached graph is always called without a gate."""
         if head_gate is None:
             return self.W_o(context)

@@ -8,7 +8,7 @@ average, interrupted) with their SHA-256, the model config digest and the traini
 data files are written first and the manifest last, atomically: a crash or a full disk between
 two files leaves the previous manifest pointing at the previous files. Every file is verified
 against its manifest before it is loaded, so the optimizer state (a pickle) is never unpickled
-unverified.
+unverified. MXNet is imported only to load (`mtx.rundir` serves processes without it).
 """
 import dataclasses
 import hashlib
@@ -16,13 +16,12 @@ import json
 import os
 from pathlib import Path
 
-import mxnet as mx
-
 from . import faults
 from .errors import CheckpointError
 from .files import atomic_write, atomic_write_json, fsync_dir, read_json, sha256_of
 
 RESUME_HINT = "free some disk space and resume with train.resume=true"
+MANIFEST_FORMAT = 2  # what `save` writes; `verify` reads no other
 
 
 def config_digest(model_cfg):
@@ -30,43 +29,93 @@ def config_digest(model_cfg):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class CheckpointStore:
-    """The checkpoints of the run directory ``path``; `model_config()` (the run's ModelConfig)
-    is provided by `mtx.rundir.RunDir`."""
+def old_format_error(path, what):
+    """The refusal of a run file in a format only an mtx from before 2026-11-30 wrote (``what``
+    describes it): this mtx reads the formats it writes, nothing older."""
+    return CheckpointError(f"{path}: {what}, written by an mtx from before 2026-11-30, which this "
+                           f"one does not read; train the run again, or use the mtx that wrote it")
 
-    def __init__(self, path):
-        self.path = Path(path)
-        self.checkpoints = self.path / "checkpoints"
+
+class CheckpointFolder:
+    """The names of the checkpoints in ``folder`` (a run's checkpoints/): which there are and
+    where their manifests are (nothing is verified)."""
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
 
     def manifests(self):
-        return sorted(self.checkpoints.glob("*.json")) if self.checkpoints.is_dir() else []
+        return sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []
 
     def epoch_names(self):
         """epoch_NNN of the kept epoch checkpoints, oldest first (by number: epoch_1000 after
         epoch_999)."""
-        names = [p.stem for p in self.checkpoints.glob("epoch_*.json")]
+        names = [p.stem for p in self.folder.glob("epoch_*.json")]
         return sorted(names, key=lambda name: (int(name[6:]) if name[6:].isdigit() else -1, name))
 
     def resume_points(self):
         """The checkpoints training can continue from, newest first: `latest`, then the epoch
         checkpoints (not `interrupted`, which holds no optimizer state)."""
-        latest = ["latest"] if (self.checkpoints / "latest.json").is_file() else []
+        latest = ["latest"] if (self.folder / "latest.json").is_file() else []
         return latest + self.epoch_names()[::-1]
+
+    def manifest_path(self, name):
+        """The manifest of checkpoint ``name`` (or a path to one); CheckpointError listing the
+        run's checkpoints when the run has none of that name (nothing is read)."""
+        path = Path(name) if str(name).endswith(".json") else self.folder / f"{name}.json"
+        if path.parent == Path("."):  # best.json: the run's own
+            path = self.folder / path.name
+        if path.is_file() and path.resolve().parent != self.folder.resolve():
+            # its weights would meet this run's tokenizer
+            raise CheckpointError(f"checkpoint={name} is not in {self.folder}: a checkpoint "
+                                  f"of another run would be read with this run's tokenizer; "
+                                  f"give ckpt= the run it belongs to")
+        if not path.is_file() and path.parent == self.folder:
+            names = [p.stem for p in self.manifests()]
+            raise CheckpointError(
+                f"{self.folder.parent} has no checkpoint {path.stem}; " + (
+                    f"choose checkpoint= one of {', '.join(names)} (or last, average_last_N)"
+                    if names else "it has no checkpoint yet (stopped in its first epoch?); "
+                    "resume it with train.resume=true hydra.run.dir=<the run>"))
+        return path
+
+    def manifest_of(self, params_file):
+        """The manifest (path) of a checkpoint's .params file: the newest of the manifests that
+        names it."""
+        name = Path(params_file).name
+        for path in sorted(self.manifests(), key=lambda p: p.stat().st_mtime, reverse=True):
+            try:
+                if json.loads(path.read_text()).get("files", {}).get("params") == name:
+                    return str(path)
+            except (OSError, ValueError, AttributeError):
+                continue  # a damaged manifest names nothing; verify reports it when it is chosen
+        raise CheckpointError(f"checkpoint={params_file}: no checkpoint of {self.folder.parent} "
+                              f"names this file; choose checkpoint= a name such as best, last or "
+                              f"epoch_NNN")
+
+
+
+class CheckpointStore(CheckpointFolder):
+    """The checkpoints in ``folder``, written, verified and loaded. ``model_config``: a function
+    that returns the ModelConfig the checkpoints must belong to (the run's model.json)."""
+
+    def __init__(self, folder, model_config):
+        super().__init__(folder)
+        self.model_config = model_config
 
     def _store(self, kind, suffix, write):
         """Write a data file under its content's name; returns (file name, sha256)."""
-        staging = self.checkpoints / f"staging-{kind}{suffix}"
+        staging = self.folder / f"staging-{kind}{suffix}"
         atomic_write(staging, write, RESUME_HINT)
         digest = sha256_of(staging)
         name = f"{kind}-{digest[:16]}{suffix}"
-        os.replace(staging, self.checkpoints / name)
-        fsync_dir(self.checkpoints)
+        os.replace(staging, self.folder / name)
+        fsync_dir(self.folder)
         return name, digest
 
     def save(self, name, model, trainer=None, state=None, ema=None, **meta):
         """Checkpoint ``name``: parameters (+ optimizer state, training state and the moving
         average of the weights when given), then the manifest. Returns the manifest."""
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
         files, sha = {}, {}
         files["params"], sha["params"] = self._store("params", ".params", model.save_parameters)
         if trainer is not None:
@@ -75,48 +124,28 @@ class CheckpointStore:
             with ema.applied():
                 files["ema"], sha["ema"] = self._store("ema", ".params", model.save_parameters)
         faults.point("checkpoint")
-        manifest = dict(meta, format=2, files=files, sha256=sha,
+        manifest = dict(meta, format=MANIFEST_FORMAT, files=files, sha256=sha,
                         state=None if state is None else dataclasses.asdict(state),
                         config=dataclasses.asdict(model.cfg), config_digest=config_digest(model.cfg))
-        atomic_write_json(self.checkpoints / f"{name}.json", manifest, RESUME_HINT)
+        atomic_write_json(self.folder / f"{name}.json", manifest, RESUME_HINT)
         return manifest
 
     def link(self, name, manifest):
         """Checkpoint ``name`` as the same files as ``manifest`` (no data is written again)."""
         manifest = {k: v for k, v in manifest.items() if k != "paths"}  # as `verify` adds
-        atomic_write_json(self.checkpoints / f"{name}.json", manifest, RESUME_HINT)
-
-    def manifest_path(self, name):
-        """The manifest of checkpoint ``name`` (or a path to one); CheckpointError listing the
-        run's checkpoints when the run has none of that name (nothing is read)."""
-        path = Path(name) if str(name).endswith(".json") else self.checkpoints / f"{name}.json"
-        if path.parent == Path("."):  # best.json: the run's own
-            path = self.checkpoints / path.name
-        if path.is_file() and path.resolve().parent != self.checkpoints.resolve():
-            # its weights would meet this run's tokenizer
-            raise CheckpointError(f"checkpoint={name} is not in {self.checkpoints}: a checkpoint "
-                                  f"of another run would be read with this run's tokenizer; "
-                                  f"give ckpt= the run it belongs to")
-        if not path.is_file() and path.parent == self.checkpoints:
-            names = [p.stem for p in self.manifests()]
-            raise CheckpointError(
-                f"{self.path} has no checkpoint {path.stem}; " + (
-                    f"choose checkpoint= one of {', '.join(names)} (or last, average_last_N)"
-                    if names else "it has no checkpoint yet (stopped in its first epoch?); "
-                    "resume it with train.resume=true hydra.run.dir=<the run>"))
-        return path
+        atomic_write_json(self.folder / f"{name}.json", manifest, RESUME_HINT)
 
     def verify(self, name, model_cfg=None):
         """The manifest of checkpoint ``name`` (or a path to one) after checking that every file
         is there with its SHA-256 and that it belongs to ``model_cfg`` (default: the run's)."""
         path = self.manifest_path(name)
         manifest = read_json(path, CheckpointError, "checkpoint manifest")
+        if isinstance(manifest, dict) and "format" not in manifest and "sha256" in manifest:
+            raise old_format_error(path, "a checkpoint manifest of format 1 (beside its .params)")
         try:
-            files, sha = _files_of(manifest, path), manifest["sha256"]
-            if not isinstance(sha, dict):
-                sha = {"params": sha}
+            files, sha = _files_of(manifest, path), dict(manifest["sha256"])
             digest = manifest["config_digest"]
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise CheckpointError(f"{path} is not an mtx checkpoint manifest; use another "
                                   f"checkpoint of the run") from None
         for kind, file in files.items():
@@ -126,10 +155,9 @@ class CheckpointStore:
             if sha256_of(file) != sha.get(kind):
                 raise CheckpointError(f"{file.name}: checksum mismatch with {path.name} "
                                       f"(truncated or corrupted file); use another checkpoint")
-        model_cfg = model_cfg or self.model_config()
-        if digest != config_digest(model_cfg):
+        if digest != config_digest(model_cfg or self.model_config()):
             raise CheckpointError(f"{path}: written for a different model config than "
-                                  f"{self.path / 'model.json'}; do not mix runs")
+                                  f"{self.folder.parent / 'model.json'}; do not mix runs")
         manifest["paths"] = files
         return manifest
 
@@ -137,6 +165,7 @@ class CheckpointStore:
         """Load a verified manifest into ``model``: to resume (``trainer`` given), its parameters,
         optimizer state and moving average (into ``ema``); to translate (no ``trainer``), the
         weights it is used with: the moving average when it has one, else its parameters."""
+        import mxnet as mx
         paths = manifest["paths"]
         try:
             if trainer is None:
@@ -152,8 +181,10 @@ class CheckpointStore:
                                   f"the run's model ({str(err).splitlines()[0]})") from None
 
     def drop(self, names):
+        """Delete the manifests of checkpoints ``names`` (`collect_garbage` then takes their
+        files)."""
         for name in names:
-            (self.checkpoints / f"{name}.json").unlink(missing_ok=True)
+            (self.folder / f"{name}.json").unlink(missing_ok=True)
 
     def collect_garbage(self):
         """Delete data files no manifest names (old checkpoints, a crash's leftovers)."""
@@ -161,33 +192,33 @@ class CheckpointStore:
         for path in self.manifests():
             try:
                 named |= {p.name for p in _files_of(json.loads(path.read_text()), path).values()}
-            except (ValueError, KeyError, TypeError, OSError):
+            except (ValueError, KeyError, TypeError, AttributeError, OSError):
                 continue  # a damaged manifest names nothing; its files go
-        for path in self.checkpoints.glob("*"):
+        for path in self.folder.glob("*"):
             data_file = path.suffix in (".params", ".states") or path.name.startswith(".")
             if data_file and path.name not in named:
                 path.unlink(missing_ok=True)
 
-    def average_into(self, model, names, ctxs):
-        """Load the mean of the parameters of checkpoints ``names`` into ``model`` (nothing is
-        written)."""
-        params, total = model.collect_params(), None
-        first = ctxs[0] if isinstance(ctxs, (list, tuple)) else ctxs  # data() alone: cpu(0)
-        for name in names:
-            self.load(self.verify(name, model.cfg), model, ctxs)
-            values = {k: p.data(first).copy() for k, p in params.items()}
-            total = values if total is None else {k: total[k] + v for k, v in values.items()}
-        for k, p in params.items():
-            p.set_data(total[k] / len(names))
-
-    def average(self, model, names, ctxs, out_name="average"):
-        """`average_into` ``model``, saved as checkpoint ``out_name``; returns its manifest."""
-        self.average_into(model, names, ctxs)
-        return self.save(out_name, model, averaged=list(names))
-
 
 def _files_of(manifest, path):
-    """{kind: Path} of the data files a manifest names (format 1: the .params beside it)."""
-    if "files" not in manifest:
-        return {"params": path.with_suffix(".params")}
+    """{kind: Path} of the data files a manifest names."""
     return {kind: path.parent / name for kind, name in manifest["files"].items()}
+
+
+def average_into(store, model, names, ctxs):
+    """Load the mean of the parameters of checkpoints ``names`` of ``store`` into ``model``
+    (nothing is written)."""
+    params, total = model.collect_params(), None
+    first = ctxs[0] if isinstance(ctxs, (list, tuple)) else ctxs  # data() alone: cpu(0)
+    for name in names:
+        store.load(store.verify(name, model.cfg), model, ctxs)
+        values = {k: p.data(first).copy() for k, p in params.items()}
+        total = values if total is None else {k: total[k] + v for k, v in values.items()}
+    for k, p in params.items():
+        p.set_data(total[k] / len(names))
+
+
+def save_average(store, model, names, ctxs, out_name="average"):
+    """`average_into` ``model``, saved as checkpoint ``out_name`` of ``store``; its manifest."""
+    average_into(store, model, names, ctxs)
+    return store.save(out_name, model, averaged=list(names))

@@ -1,109 +1,18 @@
-"""Typed configuration: the one place where sizes and settings are checked.
-
-Scripts turn Hydra's DictConfig into these dataclasses once (`from_dict`); the code below them
-sees only typed values, so an unknown key or an impossible size fails before any work is done.
-"""
+"""Typed configuration, the one place where sizes and settings are checked: scripts turn Hydra's
+DictConfig into these dataclasses once (`mtx.typecheck.from_dict`); the code below them sees only
+typed values, so an unknown key or an impossible size fails before any work is done."""
 import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, NamedTuple, Optional
+from typing import List, Optional
 
 from .errors import ConfigError
+from .topology import attention_layers
 
 # The Hydra configs: the repository's conf/, which travels with the package as mtx/conf (a
-# symbolic link in the repository, copied into wheels), so every command finds it from any
-# working directory.
+# symbolic link, copied into wheels), so every command finds it from any working directory.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
-
-
-
-def parse_device(device):
-    """A device name, ``cpu``, ``cpu:N``, ``gpu``, ``gpu:N`` or ``auto`` -> (kind, index);
-    ConfigError for anything else. (MXNet-free: `mtx.devices` turns it into a context, the
-    CTranslate2 backend into its own device names.)"""
-    kind, colon, index = str(device).partition(":")
-    if kind not in ("cpu", "gpu", "auto") or (colon and (kind == "auto" or not index.isdigit())):
-        raise ConfigError(f"device={device} is not a device name: use cpu, cpu:N, gpu, gpu:N "
-                          f"or auto")
-    return kind, int(index or 0)
-
-
-def read_config(cls, path, what):
-    """``cls`` (e.g. ModelConfig) from the JSON file ``path`` a run wrote (``what``, e.g. "model
-    config"): missing, damaged or not such a config -> a one-line CheckpointError naming it."""
-    from .errors import CheckpointError
-    from .files import read_json
-    values = read_json(path, CheckpointError, f"{what} of the run")
-    try:
-        return cls(**values)
-    except (ValueError, TypeError) as err:
-        raise CheckpointError(f"{path}: not a valid {what} ({err})") from None
-
-
-def is_whole(value):
-    """An int of a config (YAML reads ``true`` as a bool, which Python counts as the int 1)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value):
-    """An int or float of a config, not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def from_dict(cls, values, section):
-    """Build dataclass ``cls`` from a mapping. ConfigError names ``section.key`` for an unknown
-    key, and for a value whose type does not fit the field's (int; float, which takes an int
-    too; bool; str; Optional[...]; List[...]; other annotations are not checked)."""
-    import typing
-
-    def fits(value, hint):
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-        if origin is typing.Union:
-            return any(fits(value, arg) for arg in args)
-        if origin is list:
-            return isinstance(value, list) and all(fits(item, args[0]) for item in value)
-        if hint in (int, float):  # True is an int to Python, not to a config
-            return is_whole(value) if hint is int else is_number(value)
-        return isinstance(value, hint) if isinstance(hint, type) else True
-
-    def spell(hint):
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-        if origin is typing.Union:
-            return " or ".join(spell(arg) for arg in args)
-        if origin is list:
-            return f"a list of {spell(args[0])}"
-        return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
-
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(section + '.' + k for k in unknown)}; "
-                          f"valid keys of {section}: {', '.join(sorted(names))}")
-    hints = typing.get_type_hints(cls)
-    for key, value in values.items():
-        if not fits(value, hints[key]):
-            raise ConfigError(f"{section}.{key}={value!r} has type {spell(type(value))}; "
-                              f"expected {spell(hints[key])}")
-    return cls(**values)
-
-
-class AttentionLayer(NamedTuple):
-    """One attention layer of the model, as `ModelConfig.attention_layers` lists them."""
-    row: int    # its row in (A, H) head gates, importance scores and weight lists
-    name: str   # short label: 'enc0 self', 'dec1 cross'
-    kind: str   # 'encoder self' | 'decoder self' | 'decoder cross'
-    layer: int  # index of its encoder or decoder layer
-
-    @property
-    def queries(self):
-        """Which sequence the queries come from: 'source' or 'target'."""
-        return "source" if self.kind == "encoder self" else "target"
-
-    @property
-    def keys(self):
-        """Which sequence the keys come from: 'source' or 'target'."""
-        return "target" if self.kind == "decoder self" else "source"
 
 
 @dataclass(frozen=True)
@@ -119,8 +28,7 @@ class ModelConfig:
     pre_norm: bool = False          # LayerNorm before each sublayer instead of after
     max_len: int = 1024             # longest sequence the positional table covers
     vocab_size: int = 0             # taken from the data; 0 until it is known
-    # Heads kept per attention layer after physical pruning, in `attention_layers` order;
-    # None means num_heads everywhere.
+    # heads of each attention layer after pruning (`attention_layers` order); None: num_heads
     heads_per_layer: Optional[List[int]] = None
 
     def __post_init__(self):
@@ -149,14 +57,8 @@ class ModelConfig:
         return self.num_hiddens // self.num_heads
 
     def attention_layers(self):
-        """The attention layers in the one order that every per-layer list and (A, H) array
-        uses (head gates, importance rows, `heads_per_layer`, weights, pictures): the encoder's
-        self-attention layers, then self and cross for each decoder layer."""
-        kinds = ([("enc", "encoder self", i) for i in range(self.num_encoder_layers)]
-                 + [("dec", f"decoder {part}", i) for i in range(self.num_decoder_layers)
-                    for part in ("self", "cross")])
-        return [AttentionLayer(row, f"{side}{layer} {kind.split()[1]}", kind, layer)
-                for row, (side, kind, layer) in enumerate(kinds)]
+        """[`mtx.topology.AttentionLayer`] of this model, in the order of every (A, H) array."""
+        return attention_layers(self.num_encoder_layers, self.num_decoder_layers)
 
     @property
     def num_attention_layers(self):
@@ -192,7 +94,8 @@ class DataConfig:
     tgt_lang: str = "de"
     raw_dir: Optional[str] = None   # a local copy of Multi30k task1/raw; else MTX_MULTI30K_DIR; else download
     vocab_size: int = 8000          # joint SentencePiece vocabulary
-    max_len: int = 128              # training pairs longer than this (in subwords) are skipped
+    # training pairs longer than this (in subwords) are skipped; its key is data.max_len
+    max_pair_len: int = field(default=128, metadata={"key": "max_len"})
     # toy task
     task: str = "reverse"           # one of TOY_TASKS
     num_symbols: int = 20
@@ -205,8 +108,8 @@ class DataConfig:
             raise ConfigError(f"data.name={self.name}: choose multi30k or toy")
         if self.vocab_size < 16:
             raise ConfigError(f"data.vocab_size={self.vocab_size} is too small (at least 16)")
-        if self.max_len < 1:
-            raise ConfigError(f"data.max_len={self.max_len} must be at least 1")
+        if self.max_pair_len < 1:
+            raise ConfigError(f"data.max_len={self.max_pair_len} must be at least 1")
         if self.name == "toy":
             if self.task not in TOY_TASKS:
                 raise ConfigError(f"data.task={self.task}: the toy task is one of "
@@ -244,24 +147,18 @@ class TrainConfig:
     save_every_minutes: float = 5.0  # also checkpoint inside an epoch this often (resume point)
     keep_last: int = 5              # epoch checkpoints kept
     average_last: int = 5           # average this many last checkpoints at the end; 0/1 = off
-    ema_decay: float = 0.0          # > 0: keep an exponential moving average of the weights
-                                    # (mtx/training/ema.py) and validate, choose and translate it
-    log_every: int = 50             # steps between progress/metric reads from the device; the
-                                    # mid-epoch checkpoints and dropout reseeding happen there too
+    ema_decay: float = 0.0          # > 0: validate, choose and translate a moving average
+    log_every: int = 50             # steps between reads from the device (and resume points)
     eval_bleu: bool = True          # val BLEU (greedy) each epoch
     hybridize: bool = True
     resume: bool = False
     # Data parallelism: devices of this process (None: the top-level `device`), e.g. [gpu:0,gpu:1];
-    # the KVStore that sums gradients: device | local (one machine), dist_sync |
-    # dist_device_sync (a cluster started by mxnet.tools.launch; see README).
+    # the KVStore that sums gradients: device | local | dist_sync | dist_device_sync (README).
     devices: Optional[List[str]] = None
     kvstore: str = "device"
-    # Matrix multiplies in float32, bfloat16 or float16 (weights, optimizer, LayerNorm, softmax
-    # and loss stay float32); bfloat16 pays off on some CPUs with AVX512-BF16 and not on others
-    # (docs/performance.md), float16 is for GPUs (MXNet's float16 FullyConnected is cuDNN-only).
-    # auto (conf/train/default.yaml) times bfloat16 against float32 at start and keeps the
-    # faster (`mtx.precision.choose_precision`); a resumed run keeps its first choice. Here
-    # float32, so runs built in code (tests, benchmarks) do not depend on a measurement.
+    # Matrix products in float32, bfloat16 or float16 (GPUs only); the rest stays float32. auto
+    # (conf/train/default.yaml) times bfloat16 against float32 at start and keeps the faster
+    # (`mtx.precision.choose_precision`). float32 here: runs built in code measure nothing.
     precision: str = "float32"
     # Dynamic loss scaling (on the device): auto = on for float16 only | dynamic | off.
     loss_scale: str = "auto"

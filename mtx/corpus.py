@@ -28,15 +28,16 @@ class Corpus:
     ids: Dict[str, Tuple[List[List[int]], List[List[int]]]]
     tokenizer: object
 
-    def train_pairs(self, max_len):
-        """Training ids without pairs longer than ``max_len`` subwords on either side (with
+    def train_pairs(self, max_pair_len):
+        """Training ids without pairs longer than ``max_pair_len`` subwords on either side (with
         their EOS); ConfigError when that leaves none."""
         src, tgt = self.ids["train"]
-        keep = [i for i in range(len(src)) if len(src[i]) < max_len and len(tgt[i]) < max_len]
+        keep = [i for i in range(len(src))
+                if len(src[i]) < max_pair_len and len(tgt[i]) < max_pair_len]
         if not keep:
             shortest = min(max(len(s), len(t)) for s, t in zip(src, tgt)) + 1
-            raise ConfigError(f"data.max_len={max_len} leaves no training pair (the shortest "
-                              f"pair needs {shortest}): raise data.max_len")
+            raise ConfigError(f"data.max_len={max_pair_len} leaves no training pair (the "
+                              f"shortest pair needs {shortest}): raise data.max_len")
         return [src[i] for i in keep], [tgt[i] for i in keep]
 
 

@@ -10,19 +10,22 @@ A gate with parameter log_alpha draws z = clip(sigmoid((log u - log(1-u) + log_a
 differentiable in log_alpha in between. The penalty is the expected number of open gates among
 those it acts on, sum P(z != 0) = sum sigmoid(log_alpha - BETA log(-LOW / HIGH)), times
 ``penalty``, added to the loss per target token.
+
 Which gates the penalty acts on follows an aim that falls linearly from all heads to
 ``target_heads`` over the first ``anneal`` of the budget (`open_aim`): every step the gates are
 ranked by log_alpha, the best ceil(aim) (the best of every layer first, as at the end) are left
 alone and the penalty, with a fixed weight ``penalty``, pushes on the rest (`kept`). A gate that
-the loss needs climbs back into the kept set and pushes another out, so the ranking is learned;
-the number of open heads cannot fall far below the aim, because the kept gates feel no penalty.
-(Two earlier controllers adapted one weight for all gates to the number of open heads: the gates
-answered about a hundred steps late, the weight wound up meanwhile and then closed nearly every
-head at once, 36 -> 1 and 36 -> 7 open heads for a target of 9 on the default run; a closed gate
-gets no gradient from the loss, so it does not reopen by itself.) At the end the
-``target_heads`` gates with the largest log_alpha keep their deterministic value
-clip(sigmoid(log_alpha) * (HIGH - LOW) + LOW, 0, 1) (at least one head per layer) and every other
-gate is exactly 0.
+the loss needs climbs back into the kept set and pushes another out, so the ranking is learned.
+The number of open heads cannot fall far below the aim, because the kept gates feel no penalty;
+that matters because a closed gate gets no gradient from the loss and does not reopen by itself,
+so a penalty on every gate (one weight adapted to the count of open heads) would react late and
+then close nearly all heads at once. At the end the ``target_heads`` gates with the largest
+log_alpha keep their deterministic value clip(sigmoid(log_alpha) * (HIGH - LOW) + LOW, 0, 1) (at
+least one head per layer) and every other gate is exactly 0.
+
+The updates are training's (`mtx.training.steps.guarded_update`): the model's gradient is
+clipped to ``clip_norm`` and a step with a non-finite gradient is skipped;
+``max_nonfinite_steps`` of them in a row stop the gate training.
 """
 import math
 import time
@@ -33,7 +36,9 @@ from mxnet import autograd, gluon, np, npx
 
 from .batching import bucket_batches
 from .devices import to_device
-from .loss import LabelSmoothedCrossEntropy
+from .errors import TrainingError
+from .loss import label_smoothed_loss
+from .training.steps import guarded_update
 
 BETA, LOW, HIGH = 2.0 / 3.0, -0.1, 1.1
 INIT_LOG_ALPHA = 3.0  # deterministic gate clip(0.95 * 1.2 - 0.1) = 1: every head open at first
@@ -96,9 +101,46 @@ def open_aim(all_heads, target_heads, progress, anneal):
     return all_heads - (all_heads - target_heads) * fall
 
 
+class _GateTraining:
+    """What one `train_gates` run updates: the model, with its trainer, and the gate parameters
+    log_alpha (A, H), with theirs (both `GuardedAdam`); ``valid`` marks the real heads."""
+
+    def __init__(self, model, ctx, lr, gate_lr, label_smoothing):
+        cfg = model.cfg
+        self.model, self.ctx = model, ctx
+        gate_params = gluon.ParameterDict("l0_")
+        self.log_alpha = gate_params.get("log_alpha", shape=(cfg.num_attention_layers,
+                                                             cfg.num_heads),
+                                         init=mx.init.Constant(INIT_LOG_ALPHA))
+        gate_params.initialize(ctx=ctx)
+        self.valid = valid_heads(cfg.heads_by_layer, cfg.num_heads)
+        self.valid_nd = np.array(self.valid.astype("float32"), ctx=ctx)
+        self.loss_fn = label_smoothed_loss(cfg.vocab_size, label_smoothing, ctx)
+        self.model_params = [p for p in model.collect_params().values() if p.grad_req != "null"]
+        self.model_trainer = gluon.Trainer(model.collect_params(), "guardedadam",
+                                           {"learning_rate": lr, "beta2": 0.98})
+        self.gate_trainer = gluon.Trainer(gate_params, "guardedadam", {"learning_rate": gate_lr})
+
+    def step(self, batch, pushed, penalty, clip_norm):
+        """One update on ``batch`` with the penalty on the ``pushed`` gates (A, H) ->
+        (nll sum, P(open) (A, H), finite flag), device arrays."""
+        src, src_len, tgt_in, tgt_out, tgt_len = to_device(batch, self.ctx)
+        log_alpha, tokens = self.log_alpha.data(self.ctx), batch.num_tgt_tokens
+        pushed_nd = np.array(pushed.astype("float32"), ctx=self.ctx)
+        with autograd.record():
+            gates = sample_gates(log_alpha) * self.valid_nd + (1 - self.valid_nd)
+            _, nll = self.loss_fn(self.model(src, src_len, tgt_in, gates), tgt_out, tgt_len)
+            p_open = open_probability(log_alpha)
+            objective = nll + tokens * penalty * (p_open * pushed_nd).sum()  # summed over tokens
+        objective.backward()
+        finite = guarded_update([(self.model_trainer, self.model_params, clip_norm),
+                                 (self.gate_trainer, [self.log_alpha], 0.0)], [self.ctx], tokens)
+        return nll, p_open, finite
+
+
 def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr=0.05,
                 penalty=10.0, anneal=0.6, batch_tokens=2048, label_smoothing=0.1, seed=1,
-                max_steps=None, log=None):
+                max_steps=None, log=None, clip_norm=1.0, max_nonfinite_steps=20):
     """Fine-tune ``model`` (its weights change) with a hard-concrete gate per head for
     ``minutes`` of wall time (or ``max_steps``) on ``train_pairs`` (src_ids, tgt_ids), the aim
     of open heads reaching ``target_heads`` after ``anneal`` of that budget ->
@@ -106,36 +148,23 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
     `final_gates`, "history": [per step record; every SNAPSHOT_EVERY steps and the last one
     also hold "open_probability" (A, H) as lists], "steps": n}. ``log``: a function of one
     line."""
-    cfg = model.cfg
-    shape = (cfg.num_attention_layers, cfg.num_heads)
-    params = gluon.ParameterDict("l0_")
-    log_alpha = params.get("log_alpha", shape=shape, init=mx.init.Constant(INIT_LOG_ALPHA))
-    params.initialize(ctx=ctx)
-    valid = valid_heads(cfg.heads_by_layer, shape[1])
-    valid_nd = np.array(valid.astype("float32"), ctx=ctx)
-    loss_fn = LabelSmoothedCrossEntropy(cfg.vocab_size, label_smoothing)
-    loss_fn.initialize(ctx=ctx)
-    model_trainer = gluon.Trainer(model.collect_params(), "adam",
-                                  {"learning_rate": lr, "beta2": 0.98})
-    gate_trainer = gluon.Trainer(params, "adam", {"learning_rate": gate_lr})
-    history, step, epoch, start, aim = [], 0, 0, time.perf_counter(), float(valid.sum())
+    run = _GateTraining(model, ctx, lr, gate_lr, label_smoothing)
+    valid = run.valid
+    history, step, epoch, start, nonfinite_run = [], 0, 0, time.perf_counter(), 0
+    aim = float(valid.sum())
     while True:
         for batch in bucket_batches(*train_pairs, batch_tokens, shuffle=True, seed=seed + epoch):
-            src, src_len, tgt_in, tgt_out, tgt_len = to_device(batch, ctx)
-            pushed = valid & ~kept(log_alpha.data(ctx).asnumpy(), math.ceil(aim - 1e-6), valid)
-            pushed_nd = np.array(pushed.astype("float32"), ctx=ctx)
-            with autograd.record():
-                gates = sample_gates(log_alpha.data(ctx)) * valid_nd + (1 - valid_nd)
-                _, nll = loss_fn(model(src, src_len, tgt_in, gates), tgt_out, tgt_len)
-                p_open = open_probability(log_alpha.data(ctx))
-                objective = nll / batch.num_tgt_tokens + penalty * (p_open * pushed_nd).sum()
-            objective.backward()
-            model_trainer.step(1)
-            gate_trainer.step(1)
+            log_alpha = run.log_alpha.data(ctx).asnumpy()
+            pushed = valid & ~kept(log_alpha, math.ceil(aim - 1e-6), valid)
+            nll, p_open, finite = run.step(batch, pushed, penalty, clip_norm)
             step += 1
-            opened = float((p_open * valid_nd).sum())
-            elapsed = time.perf_counter() - start
-            progress = step / max_steps if max_steps else elapsed / max(1e-9, 60 * minutes)
+            nonfinite_run = 0 if finite.asscalar() else nonfinite_run + 1
+            if nonfinite_run >= max_nonfinite_steps:
+                raise TrainingError(f"the gate training's loss was not finite for {nonfinite_run} "
+                                    f"steps in a row; lower l0.lr or l0.gate_lr")
+            opened = float((p_open * run.valid_nd).sum())
+            progress = (step / max_steps if max_steps else
+                        (time.perf_counter() - start) / max(1e-9, 60 * minutes))
             aim = open_aim(valid.sum(), target_heads, progress, anneal)
             history.append({"step": step, "nll": round(float(nll) / batch.num_tgt_tokens, 4),
                             "expected_open": round(opened, 2), "aim": round(aim, 2),
@@ -149,8 +178,8 @@ def train_gates(model, train_pairs, ctx, target_heads, minutes, lr=5e-4, gate_lr
                 history[-1]["open_probability"] = onp.round(
                     onp.where(valid, p_open.asnumpy(), 0.0), 3).tolist()
             if done:
-                alpha = log_alpha.data(ctx).asnumpy()
+                alpha = run.log_alpha.data(ctx).asnumpy()
                 return {"log_alpha": alpha, "open_probability": open_probability(alpha, onp),
-                        "gates": final_gates(alpha, target_heads, cfg.heads_by_layer),
+                        "gates": final_gates(alpha, target_heads, model.cfg.heads_by_layer),
                         "history": history, "steps": step}
         epoch += 1

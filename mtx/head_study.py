@@ -83,9 +83,9 @@ def choose_pruning(points, max_bleu_loss, heads_to_remove=None):
 def save_pruned_run(pruned, run_dir, out_dir, meta):
     """A run directory for the pruned model that scripts/translate.py loads like any other."""
     source, pruned_run = RunDir(run_dir), RunDir(out_dir)
-    pruned_run.checkpoints.mkdir(parents=True, exist_ok=True)
+    pruned_run.checkpoints.folder.mkdir(parents=True, exist_ok=True)
     for name in (*TOKENIZER_FILES, "data.json"):
         if (source.path / name).is_file():
             atomic_copy(source.path / name, pruned_run.path / name)
     pruned_run.write_json("model.json", dataclasses.asdict(pruned.cfg))
-    pruned_run.save("best", pruned, **meta)
+    pruned_run.checkpoints.save("best", pruned, **meta)

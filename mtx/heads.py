@@ -19,7 +19,7 @@ import numpy as onp
 from mxnet import autograd, np
 
 from .batching import bucket_batches
-from .loss import LabelSmoothedCrossEntropy, mean_nll
+from .loss import label_smoothed_loss, mean_nll
 from .model import Transformer
 from .devices import to_device
 
@@ -38,8 +38,7 @@ def gradient_importance(model, src_ids, tgt_ids, ctx, normalize=True, gates=None
     full model), dropout off; 0 for heads whose gate is 0. With ``normalize`` each layer's scores
     are divided by their L2 norm (Michel et al.)."""
     cfg = model.cfg
-    loss_fn = LabelSmoothedCrossEntropy(cfg.vocab_size, 0.0)
-    loss_fn.initialize(ctx=ctx)
+    loss_fn = label_smoothed_loss(cfg.vocab_size, 0.0, ctx)
     shape = (cfg.num_attention_layers, cfg.num_heads)
     gates = np.array(onp.ones(shape) if gates is None else gates, dtype="float32", ctx=ctx)
     gates.attach_grad()
@@ -91,8 +90,7 @@ def leave_one_out(score_fn, shape):
 
 def gated_loss(model, src_ids, tgt_ids, ctx):
     """A function (A, H) gates -> the teacher-forced mean nll per target token (dropout off)."""
-    loss_fn = LabelSmoothedCrossEntropy(model.cfg.vocab_size, 0.0)
-    loss_fn.initialize(ctx=ctx)
+    loss_fn = label_smoothed_loss(model.cfg.vocab_size, 0.0, ctx)
     batches = [(to_device(b, ctx), b.num_tgt_tokens) for b in _batches(src_ids, tgt_ids)]
 
     def loss(gates):

@@ -46,6 +46,16 @@ class LabelSmoothedCrossEntropy(HybridBlock):
         return (loss * mask).sum(), (nll * mask).sum()
 
 
+def label_smoothed_loss(vocab_size, label_smoothing, ctx):
+    """The `LabelSmoothedCrossEntropy` of a vocabulary of ``vocab_size`` on ``ctx`` (a device or
+    a list), initialized and hybridized: how training, gate training and the head study get
+    their loss (``label_smoothing`` 0: the plain nll)."""
+    loss_fn = LabelSmoothedCrossEntropy(vocab_size, label_smoothing)
+    loss_fn.initialize(ctx=ctx)
+    loss_fn.hybridize(static_alloc=True)
+    return loss_fn
+
+
 def mean_nll(model, loss_fn, device_batches, head_gates=None):
     """The teacher-forced mean nll per target token of ``model`` (called outside autograd, so
     dropout is off) over ``device_batches``: [((src, src_len, tgt_in, tgt_out, tgt_len) on the

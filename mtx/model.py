@@ -89,11 +89,10 @@ class Transformer(HybridBlock):
         return head_gates
 
     def forward(self, src_tokens, src_valid_len, tgt_in, head_gates=None):
-        # The gates are always an input of the traced graph (ones by default), which adds one
-        # (D, H*Dh) W_o weight multiply per attention layer (`MultiHeadAttention._output`).
-        # Measured against a graph traced without gates (scripts/bench_gates.py: training steps
-        # at the bench's shapes, interleaved rounds): equal within noise. Scaling the
-        # (B, T, H*Dh) context in the graph instead was clearly slower (its broadcast backward).
+        # The gates are always an input of the traced graph (ones by default), so one graph
+        # serves calls with and without them. In the graph they scale W_o's (D, H*Dh) weight
+        # (`MultiHeadAttention._output`): one small multiply per attention layer, where scaling
+        # the (B, T, H*Dh) context would add a broadcast to the backward pass of every batch.
         return super().forward(src_tokens, src_valid_len, tgt_in,
                                self._gates(head_gates, src_tokens))
 

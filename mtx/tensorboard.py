@@ -2,7 +2,7 @@
 one TensorBoard run per run directory, named after its folder, so `tensorboard --logdir
 outputs/` shows every run of a sweep side by side.
 
-The events mirror the run's records (`mtx.rundir.RunDir`): each number under a metric key (one
+The events mirror the run's records (`mtx.records.RunRecords`): each number under a metric key (one
 with a split: ``train/...``, ``valid/...``) becomes a scalar at the record's step. Step records
 (steps.jsonl) give train/loss, train/lr and train/tok_s; epoch records (metrics.jsonl) give
 valid/loss and valid/bleu, and their train/* keys as train/epoch_* (one series per tag).
@@ -15,7 +15,7 @@ writing fails, one warning is logged and training goes on without them.
 import logging
 from pathlib import Path
 
-from .config import is_number
+from .typecheck import is_number
 
 log = logging.getLogger(__name__)
 

@@ -68,7 +68,7 @@ def test_model_config_is_conf_small_untied_with_the_data_vocabulary():
 def test_data_config_is_conf_multi30k_en_de(monkeypatch):
     monkeypatch.setenv("MTX_MULTI30K_DIR", "/nonexistent/multi30k")
     cfg = inputs.data_config(inputs.DEFAULT_DATA)
-    assert (cfg.name, cfg.src_lang, cfg.tgt_lang, cfg.max_len) == ("multi30k", "en", "de", 128)
+    assert (cfg.name, cfg.src_lang, cfg.tgt_lang, cfg.max_pair_len) == ("multi30k", "en", "de", 128)
     assert cfg.raw_dir == "/nonexistent/multi30k"
 
 

@@ -21,8 +21,8 @@ import sys
 import pytest
 
 from mtx.commands.common import run, typed
-from mtx.config import (ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig,
-                        from_dict)
+from mtx.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from mtx.typecheck import from_dict
 from mtx.errors import BUG, INTERRUPTED, USER_ERROR, DataError
 from tests.conftest import ROOT, run_script
 

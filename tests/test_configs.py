@@ -9,7 +9,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mtx.commands.common import typed
-from mtx.config import ConfigError, DecodeConfig, ModelConfig, output_limits, parse_device
+from mtx.config import ConfigError, DecodeConfig, ModelConfig, output_limits
+from mtx.devices import parse_device
 from tests.conftest import ROOT, run_script
 
 CONF = ROOT / "conf"

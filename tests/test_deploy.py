@@ -149,7 +149,7 @@ def make_run(path, model, data_cfg=DataConfig(name="toy")):
     """A run directory with ``model`` as its best checkpoint and the toy task's words."""
     run = RunDir(path)
     run.start(run_identity(model.cfg, data_cfg, "none"), model.cfg, data_cfg, None)
-    run.save("best", model)
+    run.checkpoints.save("best", model)
     (path / "toy_symbols.json").write_text(json.dumps(SYMBOLS))
     return path
 

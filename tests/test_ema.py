@@ -18,16 +18,42 @@ def _shadow(fit):
     return {names[id(p)]: s.asnumpy() for p, s in zip(fit.pieces.ema.params, fit.pieces.ema.shadow)}
 
 
-def test_the_average_follows_its_formula():
-    param = gluon.Parameter("w", shape=(3,))
-    param.initialize(mx.init.Constant(1.0), ctx=mx.cpu())
-    ema, expected = WeightAverage([param], mx.cpu(), 0.9), onp.ones(3)
-    for step, value in enumerate([2.0, -1.0, 5.0, 0.5], 1):
-        param.set_data(np.full((3,), value))
+def _average_of(values, decay, start=0.0):
+    """The average after weights ``values`` (one per update, from step 1), from ``start``."""
+    param = gluon.Parameter("w", shape=(1,))
+    param.initialize(mx.init.Constant(start), ctx=mx.cpu())
+    ema, averages = WeightAverage([param], mx.cpu(), decay), []
+    for step, value in enumerate(values, 1):
+        param.set_data(np.full((1,), value))
         ema.update(step)
-        d = min(0.9, (1 + step) / (10 + step))
-        expected = d * expected + (1 - d) * value
-        assert onp.allclose(ema.shadow[0].asnumpy(), expected, atol=1e-6)
+        averages.append(float(ema.shadow[0].asnumpy()[0]))
+    return averages
+
+
+def test_the_average_of_constant_weights_is_those_weights():
+    assert _average_of([3.0] * 20, 0.999, start=3.0) == pytest.approx([3.0] * 20)
+
+
+def test_the_average_leaves_the_initialisation_quickly_and_then_moves_slowly():
+    """Weights that move from 0 (the initialisation) to 1: the average moves most of the way in
+    the first steps, so it does not keep the random start for long. Later, when the weights
+    jump, it follows by 1 - decay of the remaining way per step, and never overshoots."""
+    early = _average_of([1.0] * 20, 0.9)
+    assert early[0] > 0.5 and early[9] > 0.99
+    late = _average_of([0.0] * 200 + [1.0] * 100, 0.9)[199:]  # the jump at step 201
+    assert late[0] == 0.0
+    steps = [(b - a) / (1 - a) for a, b in zip(late[:20], late[1:21])]
+    assert steps == pytest.approx([0.1] * 20, rel=1e-3)
+    assert all(a <= b <= 1 for a, b in zip(late, late[1:])) and late[-1] > 0.9999
+
+
+def test_the_average_smooths_weights_that_swing():
+    """Weights alternating between -1 and +1 average to nearly 0 (a tenth of the swing at
+    decay 0.9), and more smoothing (a larger decay) swings less."""
+    swings = {decay: max(abs(a) for a in _average_of([(-1.0) ** k for k in range(400)],
+                                                     decay)[-50:])
+              for decay in (0.9, 0.99)}
+    assert swings[0.9] < 0.1 and swings[0.99] < swings[0.9]
 
 
 def test_applied_lends_the_average_and_keeps_what_is_loaded():
@@ -51,11 +77,11 @@ def test_a_run_validates_checkpoints_and_translates_the_average(tmp_path):
     run, shadow, raw = fit.run_dir, _shadow(fit), _params(fit.model)
     assert all(onp.array_equal(validated[-1][k], v) for k, v in shadow.items())  # validated
     assert any(not onp.allclose(raw[k], v) for k, v in shadow.items())  # and not the raw weights
-    manifest = run.verify("latest")
+    manifest = run.checkpoints.verify("latest")
     assert set(manifest["files"]) == {"params", "states", "ema"}
     for name in ("latest", "epoch_002"):  # translation loads the average ...
         model = Transformer(fit.model.cfg)
-        run.load(run.verify(name), model, mx.cpu())
+        run.checkpoints.load(run.checkpoints.verify(name), model, mx.cpu())
         loaded = _params(model)
         assert all(onp.array_equal(loaded[k], v) for k, v in shadow.items())
     resumed = _fit(tmp_path, max_epochs=2, ema_decay=0.9)  # ... a resume both

@@ -9,6 +9,7 @@ from mxnet import np
 
 from mtx import gates, heads
 from mtx.corpus import load_corpus
+from mtx.errors import TrainingError
 from mtx.rundir import load_run
 from tests.conftest import run_script
 from tests.test_heads import _inputs
@@ -62,6 +63,22 @@ def test_gate_training_reaches_exact_zeros_and_the_cut_model_equals_the_gated_on
     cut = heads.prune(model, final, mx.cpu())
     assert sum(cut.cfg.heads_per_layer) == target
     onp.testing.assert_allclose(cut(src, src_len, tgt).asnumpy(), gated, atol=1e-4)
+
+
+def test_non_finite_steps_are_skipped_and_too_many_in_a_row_stop_the_gates(toy_run, toy):
+    """Gate training updates as training does: a step whose loss is not finite changes nothing
+    (model or gates), and ``max_nonfinite_steps`` of them in a row are one error."""
+    _, corpus = toy
+    model, _, _ = load_run(toy_run, mx.cpu())
+    params = model._collect_params_with_prefix()
+    poisoned = next(name for name in params if name.endswith("gamma"))  # a LayerNorm's
+    params[poisoned].set_data(params[poisoned].data() * onp.nan)
+    before = {name: p.data().asnumpy() for name, p in params.items()}
+    with pytest.raises(TrainingError, match="not finite for 3 steps in a row"):
+        gates.train_gates(model, corpus.train_pairs(64), mx.cpu(), 4, minutes=0, max_steps=10,
+                          max_nonfinite_steps=3)
+    for name, p in params.items():
+        assert onp.array_equal(p.data().asnumpy(), before[name], equal_nan=True), name
 
 
 def test_the_aim_falls_to_the_target_and_the_best_gates_are_left_alone():

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from mtx import precision
 from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
-from mtx.errors import ConfigError
+from mtx.errors import CheckpointError, ConfigError
 from mtx.precision import BF16_MIN_SPEEDUP, choose_precision
 from mtx.rundir import RunDir
 from mtx.training import new_fit, train
@@ -165,7 +165,7 @@ def test_build_pieces_runs_the_choice_and_tells_it(monkeypatch, tiny_cfg):
 
 
 def _toy():
-    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_len=64)
+    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_pair_len=64)
     model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
                             num_decoder_layers=1, dropout=0.0)
     return model_cfg, data_cfg
@@ -215,15 +215,14 @@ def test_a_resumed_run_keeps_the_precision_it_started_with(monkeypatch, caplog, 
                                          f"started") for r in caplog.records)
 
 
-def test_a_run_from_before_precision_json_keeps_its_config_precision(tmp_path):
+def test_a_run_without_precision_json_is_refused_in_one_line(tmp_path):
     run = RunDir(tmp_path)
     (tmp_path / "config.yaml").write_text("train:\n  precision: bfloat16\n")
     assert run.recorded_precision() is None  # no checkpoint: nothing ran yet
-    run.checkpoints.mkdir()
-    (run.checkpoints / "epoch_001.json").write_text("{}")  # a manifest: the run ran
-    assert run.recorded_precision()["used"] == "bfloat16"
-    (tmp_path / "config.yaml").write_text("train:\n  precision: auto\n")
-    assert run.recorded_precision() is None  # auto there: no record of what it measured
+    run.checkpoints.folder.mkdir()
+    (run.checkpoints.folder / "epoch_001.json").write_text("{}")  # a manifest: the run ran
+    with pytest.raises(CheckpointError, match="no precision.json, written by an mtx from before"):
+        run.recorded_precision()
     run.record_precision({"used": "float32", "requested": "auto", "reason": "measured"})
     assert run.recorded_precision()["used"] == "float32"
 

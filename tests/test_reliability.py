@@ -193,8 +193,8 @@ def test_full_disk_keeps_the_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch
     model = Transformer(tiny_cfg)
     model.initialize()
     run.write_json("model.json", dataclasses.asdict(tiny_cfg))
-    run.save("best", model, step=1)
-    before = {p.name: p.read_bytes() for p in run.checkpoints.iterdir()}
+    run.checkpoints.save("best", model, step=1)
+    before = {p.name: p.read_bytes() for p in run.checkpoints.folder.iterdir()}
 
     def no_space(filename, *args, **kwargs):
         with open(filename, "wb") as f:
@@ -203,10 +203,10 @@ def test_full_disk_keeps_the_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch
 
     monkeypatch.setattr(model, "save_parameters", no_space)
     with pytest.raises(FileWriteError, match="No space left on device.*previous file is kept"):
-        run.save("best", model, step=2)
-    assert {p.name: p.read_bytes() for p in run.checkpoints.iterdir()} == before
-    assert run.verify("best")["step"] == 1
-    run.load(run.verify("best"), Transformer(tiny_cfg), mx.cpu())
+        run.checkpoints.save("best", model, step=2)
+    assert {p.name: p.read_bytes() for p in run.checkpoints.folder.iterdir()} == before
+    assert run.checkpoints.verify("best")["step"] == 1
+    run.checkpoints.load(run.checkpoints.verify("best"), Transformer(tiny_cfg), mx.cpu())
 
 
 def test_a_crash_between_files_and_manifest_keeps_the_old_unit(tiny_cfg, tmp_path, monkeypatch):
@@ -220,7 +220,7 @@ def test_a_crash_between_files_and_manifest_keeps_the_old_unit(tiny_cfg, tmp_pat
     model = Transformer(tiny_cfg)
     model.initialize()
     run.write_json("model.json", dataclasses.asdict(tiny_cfg))
-    first = run.save("best", model, step=1)
+    first = run.checkpoints.save("best", model, step=1)
     for p in model.collect_params().values():
         p.set_data(p.data() + 1)
 
@@ -229,10 +229,10 @@ def test_a_crash_between_files_and_manifest_keeps_the_old_unit(tiny_cfg, tmp_pat
             raise RuntimeError("power cut")
     monkeypatch.setattr(faults, "point", crash)
     with pytest.raises(RuntimeError):
-        run.save("best", model, step=2)
-    assert run.verify("best")["sha256"] == first["sha256"]
-    run.collect_garbage()  # the orphaned new files go; the old unit stays
-    assert sorted(p.name for p in run.checkpoints.iterdir()) == sorted(
+        run.checkpoints.save("best", model, step=2)
+    assert run.checkpoints.verify("best")["sha256"] == first["sha256"]
+    run.checkpoints.collect_garbage()  # the orphaned new files go; the old unit stays
+    assert sorted(p.name for p in run.checkpoints.folder.iterdir()) == sorted(
         ["best.json", first["files"]["params"]])
 
 

@@ -12,7 +12,10 @@ from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from mtx.corpus import load_corpus, save_tokenizer
 from mtx.errors import CheckpointError
 from mtx.model import Transformer
+from mtx.checkpoints import save_average
+from mtx.resume import check_settings
 from mtx.rundir import RunDir, load_run, require_run
+from mtx.typecheck import to_keys
 from mtx.training import choose_final, new_fit
 
 
@@ -21,7 +24,7 @@ def _params(model):
 
 
 def _fit(tmp_path, **train_overrides):
-    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_len=64)
+    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_pair_len=64)
     corpus = load_corpus(data_cfg, tmp_path / "cache", 3)
     model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
                             num_decoder_layers=1, vocab_size=len(corpus.tokenizer))
@@ -42,11 +45,11 @@ def test_average_is_the_mean_of_the_checkpoints(tiny_cfg, tmp_path):
     for i in range(3):
         for p in model.collect_params().values():
             p.set_data(p.data() * (i + 1) + i)
-        run.save(f"epoch_{i + 1:03d}", model)
+        run.checkpoints.save(f"epoch_{i + 1:03d}", model)
         snapshots.append(_params(model))
-    manifest = run.average(model, ["epoch_002", "epoch_003"], mx.cpu())
+    manifest = save_average(run.checkpoints, model, ["epoch_002", "epoch_003"], mx.cpu())
     averaged = Transformer(tiny_cfg)
-    run.load(run.verify("average"), averaged, mx.cpu())
+    run.checkpoints.load(run.checkpoints.verify("average"), averaged, mx.cpu())
     for name, value in _params(averaged).items():
         assert onp.allclose(value, (snapshots[1][name] + snapshots[2][name]) / 2, atol=1e-6), name
     assert manifest["averaged"] == ["epoch_002", "epoch_003"]
@@ -61,9 +64,9 @@ def test_choose_final_takes_the_average_only_when_it_scores_as_well(tmp_path, av
     fit.evaluate = lambda split: (0.0, {"score": next(scores)})
     choice = choose_final(fit)
     assert choice["checkpoint"] == ("average" if average_wins else "best")
-    expected = fit.run_dir.verify(choice["checkpoint"])
+    expected = fit.run_dir.checkpoints.verify(choice["checkpoint"])
     loaded = Transformer(fit.model.cfg)
-    fit.run_dir.load(expected, loaded, mx.cpu())
+    fit.run_dir.checkpoints.load(expected, loaded, mx.cpu())
     assert all(onp.array_equal(v, _params(loaded)[k]) for k, v in _params(fit.model).items())
 
 
@@ -73,7 +76,7 @@ def test_patience_stops_after_epochs_without_improvement(tmp_path):
     fit.evaluate = lambda split: (next(losses), None)
     fit.run()
     assert fit.state.epoch == 4 and fit.state.stale_epochs == 2
-    assert [r["epoch"] for r in fit.run_dir.metrics()] == [1, 2, 3, 4]
+    assert [r["epoch"] for r in fit.run_dir.records.metrics()] == [1, 2, 3, 4]
     resumed = _fit(tmp_path, max_epochs=10, patience=2, resume=True)  # a resume of the stopped
     resumed.evaluate = lambda split: pytest.fail("trained again after its early stop")  # run
     assert resumed.restore() and resumed.run() is not None and resumed.state.epoch == 4
@@ -83,10 +86,11 @@ def test_keep_last_rotates_epoch_checkpoints_and_their_files(tmp_path):
     fit = _fit(tmp_path, max_epochs=4, keep_last=2)
     fit.run()
     run = fit.run_dir
-    assert run.epoch_names() == ["epoch_003", "epoch_004"]
-    named = {json.loads(p.read_text())["files"][k] for p in run.manifests()
+    assert run.checkpoints.epoch_names() == ["epoch_003", "epoch_004"]
+    named = {json.loads(p.read_text())["files"][k] for p in run.checkpoints.manifests()
              for k in json.loads(p.read_text())["files"]}
-    on_disk = {p.name for p in run.checkpoints.iterdir() if p.suffix in (".params", ".states")}
+    on_disk = {p.name for p in run.checkpoints.folder.iterdir()
+               if p.suffix in (".params", ".states")}
     assert on_disk == named  # the files of dropped epochs are gone
 
 
@@ -94,7 +98,7 @@ def test_the_wall_clock_budget_stops_inside_an_epoch(tmp_path):
     fit = _fit(tmp_path, max_epochs=50, max_minutes=1e-9)
     fit.run()
     assert fit.state.epoch == 1 and fit.state.step == 1  # one step, then the epoch ends
-    assert len(fit.run_dir.metrics()) == 1 and fit.run_dir.verify("latest")
+    assert len(fit.run_dir.records.metrics()) == 1 and fit.run_dir.checkpoints.verify("latest")
 
 
 def test_a_resumed_run_continues_in_the_middle_of_an_epoch(tmp_path):
@@ -133,9 +137,9 @@ def test_a_damaged_json_file_of_a_run_is_one_clear_error(tmp_path, damaged):
     fit = _fit(tmp_path)
     fit.run()
     save_tokenizer(fit.corpus.tokenizer, fit.run_dir.path)
-    fit.run_dir.write_json("data.json", dataclasses.asdict(DataConfig(name="toy")))
+    fit.run_dir.write_json("data.json", to_keys(DataConfig(name="toy")))
     fit.run_dir.write_json("report.json", {"final": {"checkpoint": "best"}})
-    fit.run_dir.link("best", fit.run_dir.verify("latest"))
+    fit.run_dir.checkpoints.link("best", fit.run_dir.checkpoints.verify("latest"))
     load_run(fit.run_dir.path, mx.cpu())  # intact: loads
     (fit.run_dir.path / damaged).write_text('{"cut short')
     with pytest.raises(Exception, match=r"damaged") as info:
@@ -149,14 +153,14 @@ def test_average_last_n_is_the_mean_of_the_last_epoch_checkpoints(toy_run):
     the last N epoch checkpoints, computed without writing into the run; N beyond what the run
     keeps is a one-line error."""
     run = RunDir(toy_run)
-    names = run.epoch_names()[-2:]
-    before = sorted(p.name for p in run.checkpoints.iterdir())
+    names = run.checkpoints.epoch_names()[-2:]
+    before = sorted(p.name for p in run.checkpoints.folder.iterdir())
     averaged = _params(load_run(toy_run, mx.cpu(), "average_last_2")[0])
     each = [_params(load_run(toy_run, mx.cpu(), name)[0]) for name in names]
     for key, value in averaged.items():
         assert onp.allclose(value, (each[0][key] + each[1][key]) / 2, atol=1e-6), key
-    assert sorted(p.name for p in run.checkpoints.iterdir()) == before
-    kept = len(run.epoch_names())
+    assert sorted(p.name for p in run.checkpoints.folder.iterdir()) == before
+    kept = len(run.checkpoints.epoch_names())
     with pytest.raises(CheckpointError, match=f"keeps {kept} epoch checkpoints"):
         load_run(toy_run, mx.cpu(), f"average_last_{kept + 1}")
 
@@ -191,38 +195,39 @@ def test_a_checkpoint_of_another_run_is_refused(toy_run, tmp_path):
     with pytest.raises(CheckpointError, match="is not in .*other/checkpoints: a checkpoint of "
                                               "another run"):
         load_run(other, mx.cpu(), str(Path(toy_run) / "checkpoints" / "best.json"))
-    assert RunDir(toy_run).manifest_path(str(Path(toy_run) / "checkpoints" / "best.json"))
+    assert RunDir(toy_run).checkpoints.manifest_path(str(Path(toy_run) / "checkpoints"
+                                                         / "best.json"))
 
 
 def test_a_checkpoint_given_as_its_params_file_loads_its_manifest(toy_run):
     run = RunDir(toy_run)
-    best = run.verify("best")
+    best = run.checkpoints.verify("best")
     params = best["paths"]["params"]  # checkpoints/params-<sha>.params: content-addressed
-    named = json.loads(Path(run.manifest_of(params)).read_text())["files"]["params"]
+    named = json.loads(Path(run.checkpoints.manifest_of(params)).read_text())["files"]["params"]
     assert named == best["files"]["params"]
     model, _, _ = load_run(toy_run, mx.cpu(), str(params))
     expected, _, _ = load_run(toy_run, mx.cpu(), "best")
     assert all(onp.array_equal(v, _params(expected)[k]) for k, v in _params(model).items())
     with pytest.raises(CheckpointError, match="no checkpoint of .* names this file"):
-        load_run(toy_run, mx.cpu(), str(run.checkpoints / "params-0000.params"))
+        load_run(toy_run, mx.cpu(), str(run.checkpoints.folder / "params-0000.params"))
 
 
 def test_a_resume_with_other_training_settings_is_refused(tmp_path):
     """The seed, train.* and data.* decide a run's steps: a resume with others is refused and
     named; how long it trains, how often it saves and where it reads the corpus may change; a
-    key the run's older config.yaml lacks is not compared."""
+    key the run's config.yaml lacks (one mtx added later, with its default) is not compared."""
     run = RunDir(tmp_path)
     (tmp_path / "config.yaml").write_text(
         "seed: 1\ntrain:\n  batch_tokens: 2048\n  lr: 0.001\n  max_minutes: 60\n"
         "data:\n  max_len: 128\n  raw_dir: /a\n")
     same = ("seed: 1\ntrain:\n  batch_tokens: 2048\n  lr: 0.001\n  max_minutes: {minutes}\n"
             "  ema_decay: 0.5\ndata:\n  max_len: 128\n  raw_dir: {raw}\n")
-    run.check_settings(same.format(minutes=90, raw="/b"))
-    run.check_settings(None)  # a run built in code keeps no config.yaml to compare
+    check_settings(run, same.format(minutes=90, raw="/b"))
+    check_settings(run, None)  # a run built in code keeps no config.yaml to compare
     changed = same.format(minutes=60, raw="/a").replace("batch_tokens: 2048", "batch_tokens: 512")
     changed = changed.replace("seed: 1", "seed: 2").replace("max_len: 128", "max_len: 64")
     with pytest.raises(CheckpointError) as err:
-        run.check_settings(changed)
+        check_settings(run, changed)
     assert (f"{tmp_path} was trained with seed=1 (now 2), train.batch_tokens=2048 (now 512), "
             f"data.max_len=128 (now 64); a resumed run must take the same steps") in str(err.value)
 
@@ -234,16 +239,31 @@ def test_a_run_stopped_before_its_first_resume_point_starts_again(tmp_path, capl
     with caplog.at_level("WARNING"):
         fit.checkpointing.interrupted(step=3)
     assert "no resume point yet" in caplog.text
-    assert [p.stem for p in fit.run_dir.manifests()] == ["interrupted"]
+    assert [p.stem for p in fit.run_dir.checkpoints.manifests()] == ["interrupted"]
     resumed = _fit(tmp_path, resume=True)
     assert resumed.restore() is False and resumed.state.step == 0
 
 
 def test_epoch_checkpoints_sort_by_number(tmp_path):
-    run = RunDir(tmp_path)
-    run.checkpoints.mkdir()
+    store = RunDir(tmp_path).checkpoints
+    store.folder.mkdir()
     for epoch in (999, 1000, 998, 10):
-        (run.checkpoints / f"epoch_{epoch:03d}.json").write_text("{}")
-    (run.checkpoints / "latest.json").write_text("{}")
-    assert run.epoch_names() == ["epoch_010", "epoch_998", "epoch_999", "epoch_1000"]
-    assert run.resume_points() == ["latest", "epoch_1000", "epoch_999", "epoch_998", "epoch_010"]
+        (store.folder / f"epoch_{epoch:03d}.json").write_text("{}")
+    (store.folder / "latest.json").write_text("{}")
+    assert store.epoch_names() == ["epoch_010", "epoch_998", "epoch_999", "epoch_1000"]
+    assert store.resume_points() == ["latest", "epoch_1000", "epoch_999", "epoch_998", "epoch_010"]
+
+
+def test_a_checkpoint_in_the_first_manifest_format_is_refused_in_one_line(toy_run, tmp_path):
+    """Manifests of format 1 (a .json beside each .params, no "files") are not read: the error
+    says which mtx wrote them."""
+    old = tmp_path / "old"
+    (old / "checkpoints").mkdir(parents=True)
+    (old / "model.json").write_text((Path(toy_run) / "model.json").read_text())
+    (old / "checkpoints" / "best.params").write_bytes(b"weights")
+    (old / "checkpoints" / "best.json").write_text(json.dumps(
+        {"step": 1, "sha256": "0" * 64, "config_digest": "0" * 16}))
+    with pytest.raises(CheckpointError, match="format 1 .*written by an mtx from before "
+                                              "2026-11-30") as err:
+        load_run(old, mx.cpu(), "best")
+    assert "\n" not in str(err.value)

@@ -84,20 +84,20 @@ def test_metric_keys_become_tags_and_epoch_records_keep_theirs_apart():
 def test_events_mirror_the_records_and_a_resume_starts_them_anew(tmp_path):
     run = RunDir(tmp_path)
     for step, loss in ((3, 4.0), (6, 3.0)):
-        run.append_step(_record(step, loss))
-    run.append_metrics({"step": 6, "epoch": 1, "train/loss": 3.5, "valid/loss": 3.2,
+        run.records.append_step(_record(step, loss))
+    run.records.append_metrics({"step": 6, "epoch": 1, "train/loss": 3.5, "valid/loss": 3.2,
                         "valid/bleu": 1.5, "train/tok_s": 99.0, "wall_minutes": 0.2})
-    run.append_step(_record(9, 2.0, epoch=2))
-    run.append_step(_record(12, 1.0, epoch=2))
-    run.close_events()
+    run.records.append_step(_record(9, 2.0, epoch=2))
+    run.records.append_step(_record(12, 1.0, epoch=2))
+    run.records.close()
     scalars, starts = read_events(tmp_path)
     assert scalars["train/loss"] == [(3, 4.0), (6, 3.0), (9, 2.0), (12, 1.0)]
     assert scalars["valid/bleu"] == [(6, 1.5)] and starts == [0]
-    run.keep_records_until(epoch=1, step=9)  # resumed at step 9: step 12 is redone
-    run.append_step(_record(12, 1.5, epoch=2))
-    run.close_events()
-    assert [(r["step"], r["train/loss"]) for r in run.steps()] == [(3, 4.0), (6, 3.0), (9, 2.0),
-                                                                  (12, 1.5)]
+    run.records.keep_until(epoch=1, step=9)  # resumed at step 9: step 12 is redone
+    run.records.append_step(_record(12, 1.5, epoch=2))
+    run.records.close()
+    assert [(r["step"], r["train/loss"]) for r in run.records.steps()] == [
+        (3, 4.0), (6, 3.0), (9, 2.0), (12, 1.5)]
     scalars, starts = read_events(tmp_path)  # one file: the old one is gone
     assert scalars["train/loss"] == [(3, 4.0), (6, 3.0), (9, 2.0), (12, 1.5)]
     assert scalars["train/lr"] == [(s, pytest.approx(s / 1000)) for s in (3, 6, 9, 12)]
@@ -110,13 +110,13 @@ def test_without_tensorboardX_the_records_go_on_after_one_warning(tmp_path, monk
     monkeypatch.setattr(mtx.tensorboard, "_missing_reported", [])
     run = RunDir(tmp_path)
     with caplog.at_level(logging.WARNING):
-        run.append_step(_record(3, 4.0))
-        run.close_events()
-        run.append_step(_record(6, 3.0))
-        RunDir(tmp_path).keep_records_until(epoch=0, step=6)
+        run.records.append_step(_record(3, 4.0))
+        run.records.close()
+        run.records.append_step(_record(6, 3.0))
+        RunDir(tmp_path).records.keep_until(epoch=0, step=6)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "tensorboardX is not installed" in warnings[0].getMessage()
-    assert [r["step"] for r in RunDir(tmp_path).steps()] == [3, 6]
+    assert [r["step"] for r in RunDir(tmp_path).records.steps()] == [3, 6]
     assert not list(tmp_path.glob("events.out.tfevents.*"))
 
 
@@ -129,11 +129,11 @@ def test_a_failing_event_writer_costs_one_warning_and_no_record(tmp_path, monkey
     run = RunDir(tmp_path)
     with caplog.at_level(logging.WARNING):
         for step in (3, 6, 9):
-            run.append_step(_record(step, 1.0))
-        run.close_events()
+            run.records.append_step(_record(step, 1.0))
+        run.records.close()
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "No space left" in warnings[0].getMessage()
-    assert [r["step"] for r in run.steps()] == [3, 6, 9]
+    assert [r["step"] for r in run.records.steps()] == [3, 6, 9]
 
 
 # -- training ---------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ def _fit(run_dir, corpus, data_cfg):
 
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory):
-    data_cfg = DataConfig(name="toy", sizes=[300, 10, 10], max_len=64)
+    data_cfg = DataConfig(name="toy", sizes=[300, 10, 10], max_pair_len=64)
     return load_corpus(data_cfg, tmp_path_factory.mktemp("cache"), 5), data_cfg
 
 
@@ -172,7 +172,7 @@ def _same_records(records):
 @pytest.mark.slow
 def test_steps_jsonl_has_every_log_point_and_adds_up_to_the_epochs(uninterrupted):
     run = RunDir(uninterrupted)
-    steps, epochs = run.steps(), run.metrics()
+    steps, epochs = run.records.steps(), run.records.metrics()
     assert [m["epoch"] for m in epochs] == [1, 2]
     expected, start = [], 0  # every log point inside an epoch, and the epoch's last step
     for epoch in epochs:
@@ -206,7 +206,7 @@ def test_a_resume_from_a_mid_epoch_checkpoint_redoes_its_records_once(uninterrup
     """Die in epoch 2 at a log point after its step record, before its checkpoint (the record
     is then ahead of the resume point), resume: the records and events of the uninterrupted run,
     each step once."""
-    full = RunDir(uninterrupted).steps()
+    full = RunDir(uninterrupted).records.steps()
     checkpoints_before = sum(r["epoch"] == 1 for r in full) + 2  # epoch 1's, then 2 in epoch 2
     epoch_2 = [r["step"] for r in full if r["epoch"] == 2]
     assert len(epoch_2) >= 3  # two log points inside epoch 2, then its end
@@ -223,16 +223,16 @@ def test_a_resume_from_a_mid_epoch_checkpoint_redoes_its_records_once(uninterrup
     with pytest.raises(Crash):
         _fit(run_dir, *toy_data).run()
     monkeypatch.undo()
-    assert RunDir(run_dir).steps()[-1]["step"] == crash_step
+    assert RunDir(run_dir).records.steps()[-1]["step"] == crash_step
     scalars, _ = read_events(run_dir)  # closed on the way out: flushed up to the crash
     assert scalars["train/loss"][-1][0] == crash_step
     fit = _fit(run_dir, *toy_data)
     assert fit.restore() and fit.state.step == crash_step - LOG_EVERY
-    assert RunDir(run_dir).steps()[-1]["step"] == crash_step - LOG_EVERY  # the record redone
+    assert RunDir(run_dir).records.steps()[-1]["step"] == crash_step - LOG_EVERY  # redone
     fit.run()
     run = RunDir(run_dir)
-    assert [m["epoch"] for m in run.metrics()] == [1, 2]
-    steps = run.steps()
+    assert [m["epoch"] for m in run.records.metrics()] == [1, 2]
+    steps = run.records.steps()
     assert [r["step"] for r in steps] == [r["step"] for r in full]  # no step twice
     for resumed, uninterrupted_record in zip(_same_records(steps), _same_records(full)):
         assert resumed[:4] == uninterrupted_record[:4]
@@ -242,4 +242,4 @@ def test_a_resume_from_a_mid_epoch_checkpoint_redoes_its_records_once(uninterrup
     for tag in STEP_TAGS:
         assert [s for s, _ in scalars[tag]] == [r["step"] for r in steps], tag
     for tag in EPOCH_TAGS:
-        assert [s for s, _ in scalars[tag]] == [m["step"] for m in run.metrics()], tag
+        assert [s for s, _ in scalars[tag]] == [m["step"] for m in run.records.metrics()], tag

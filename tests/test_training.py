@@ -6,40 +6,48 @@ import math
 import mxnet as mx
 import numpy as onp
 import pytest
-from mxnet import np, npx
+from mxnet import np
 
 from mtx.config import DataConfig, DecodeConfig, TrainConfig
 from mtx.errors import CheckpointError, ConfigError
 from mtx.rundir import RunDir, load_run
 from mtx.corpus import load_corpus
-from mtx.loss import LabelSmoothedCrossEntropy
+from mtx.loss import label_smoothed_loss
 from mtx.model import Transformer
 from mtx.schedule import inverse_sqrt_warmup
 from mtx.training import new_fit
 from mtx.training.steps import train_step
 
 
-def test_loss_without_smoothing_is_masked_nll():
-    logits = np.random.normal(size=(2, 3, 7))
+def test_the_loss_of_a_uniform_guess_is_log_v_per_real_token():
+    """Uniform logits over V = 7: every real target token costs log 7 (smoothed or not); the
+    padding after each target's valid length costs nothing, whatever its logits and ids."""
     tgt_out = np.array([[1, 2, 3], [4, 5, 0]], dtype="int32")
-    tgt_len = np.array([3, 2], dtype="int32")
-    loss_fn = LabelSmoothedCrossEntropy(7, 0.0)
-    loss_fn.initialize()
-    loss, nll = loss_fn(logits, tgt_out, tgt_len)
-    logp = npx.log_softmax(logits, axis=-1).asnumpy()
-    expected = -sum(logp[b, t, int(tgt_out[b, t])] for b in range(2) for t in range(int(tgt_len[b])))
-    assert float(nll) == pytest.approx(expected, rel=1e-5)
-    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    tgt_len = np.array([3, 2], dtype="int32")  # 5 real tokens
+    uniform = onp.zeros((2, 3, 7), "float32")
+    noisy_padding = uniform.copy()
+    noisy_padding[1, 2] = onp.random.RandomState(0).normal(size=7) * 10
+    for smoothing in (0.0, 0.1):
+        loss_fn = label_smoothed_loss(7, smoothing, mx.cpu())
+        for logits in (uniform, noisy_padding):
+            loss, nll = loss_fn(np.array(logits), tgt_out, tgt_len)
+            assert float(nll) == pytest.approx(5 * math.log(7), rel=1e-5)
+            assert float(loss) == pytest.approx(5 * math.log(7), rel=1e-5)
 
 
-def test_label_smoothing_adds_the_uniform_cross_entropy():
-    logits = np.random.normal(size=(1, 2, 5))
-    tgt_out, tgt_len = np.array([[1, 2]], dtype="int32"), np.array([2], dtype="int32")
-    loss_fn = LabelSmoothedCrossEntropy(5, 0.1)
-    loss_fn.initialize()
-    loss, nll = loss_fn(logits, tgt_out, tgt_len)
-    uniform = -npx.log_softmax(logits, axis=-1).asnumpy().mean(axis=-1).sum()
-    assert float(loss) == pytest.approx(0.9 * float(nll) + 0.1 * uniform, rel=1e-5)
+def test_label_smoothing_penalises_overconfidence():
+    """The more certain of the right token, the lower the nll; but the smoothed loss is lowest
+    at a finite confidence, so a model trained on it does not push its logits without bound."""
+    tgt_out, tgt_len = np.array([[1]], dtype="int32"), np.array([1], dtype="int32")
+    plain, smoothed = label_smoothed_loss(5, 0.0, mx.cpu()), label_smoothed_loss(5, 0.1, mx.cpu())
+
+    def losses(margin):  # the right token's logit ``margin`` above the other four
+        logits = np.array([[[0.0, margin, 0.0, 0.0, 0.0]]])
+        return float(plain(logits, tgt_out, tgt_len)[1]), float(smoothed(logits, tgt_out,
+                                                                          tgt_len)[0])
+    (nll_2, smooth_2), (nll_5, smooth_5), (nll_20, smooth_20) = map(losses, (2.0, 5.0, 20.0))
+    assert nll_2 > nll_5 > nll_20 >= 0
+    assert smooth_5 < smooth_2 and smooth_5 < smooth_20
 
 
 def test_inverse_sqrt_warmup():
@@ -50,7 +58,7 @@ def test_inverse_sqrt_warmup():
 
 def _load_best(run):
     model = Transformer(run.model_config())
-    run.load(run.verify("best"), model, mx.cpu())
+    run.checkpoints.load(run.checkpoints.verify("best"), model, mx.cpu())
     return model
 
 
@@ -59,17 +67,17 @@ def test_checkpoint_round_trip_and_bad_checkpoints(tiny_cfg, tmp_path):
     model = Transformer(tiny_cfg)
     model.initialize(mx.init.Xavier())
     run.write_json("model.json", dataclasses.asdict(tiny_cfg))
-    manifest = run.save("best", model, step=7)
+    manifest = run.checkpoints.save("best", model, step=7)
     src = np.array([[5, 6, 3]], dtype="int32")
     args = (src, np.array([3], dtype="int32"), np.array([[2, 7]], dtype="int32"))
     assert onp.array_equal(_load_best(run)(*args).asnumpy(), model(*args).asnumpy())
     assert not list(tmp_path.rglob(".*.tmp")) and not list(tmp_path.rglob("staging-*"))
 
-    params = run.checkpoints / manifest["files"]["params"]
+    params = run.checkpoints.folder / manifest["files"]["params"]
     params.write_bytes(params.read_bytes()[:-100])  # truncated
     with pytest.raises(CheckpointError, match="checksum mismatch with best.json"):
         _load_best(run)
-    run.save("best", model, step=7)
+    run.checkpoints.save("best", model, step=7)
     run.write_json("model.json", dataclasses.asdict(dataclasses.replace(tiny_cfg, num_heads=4)))
     with pytest.raises(CheckpointError, match="different model config"):
         _load_best(run)
@@ -78,7 +86,7 @@ def test_checkpoint_round_trip_and_bad_checkpoints(tiny_cfg, tmp_path):
 
 
 def _short_fit(tmp_path, seed, **train_overrides):
-    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_len=64)
+    data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_pair_len=64)
     corpus = load_corpus(data_cfg, tmp_path / "cache", seed)
     from mtx.config import ModelConfig
     model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,

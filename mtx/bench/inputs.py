@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as onp
 from omegaconf import OmegaConf
 
-from ..config import CONF_DIR, DataConfig, ModelConfig, from_dict
+from ..config import CONF_DIR, DataConfig, ModelConfig
+from ..typecheck import from_dict
 from ..datadir import data_dir
 from ..errors import ConfigError
 from ..multi30k import TEST_SPLIT  # what is decoded (the toy task uses the same split name)
@@ -67,7 +68,7 @@ def train_batches(corpus, data_cfg, batching=BATCHINGS[0]):
     train_transformer.py batch) or "packed" (length-sorted packing, as fairseq and
     ../shared/peers/common.py batch)."""
     from ..batching import bucket_batches, packed_batches
-    pairs = corpus.train_pairs(data_cfg.max_len)
+    pairs = corpus.train_pairs(data_cfg.max_pair_len)
     if batching == "packed":
         return packed_batches(*pairs, TRAIN_BATCH_TOKENS, seed=CORPUS_SEED)
     if batching != "bucket":

@@ -241,8 +241,9 @@ def measure_run_decode(name, run_dir, max_sentences=None):
     """Implementation ``name`` translating trained run ``run_dir``'s test split with the run's
     weights: beam 5 (conf/decode/beam.yaml) and greedy (conf/decode/greedy.yaml), the same
     sentences and threads for every implementation -> (result, the run's ModelConfig)."""
-    from ..config import DataConfig, ModelConfig, read_config
-    run_dir = Path(run_dir)  # read without mtx.rundir: a CTranslate2 process imports no MXNet
+    from ..config import DataConfig, ModelConfig
+    from ..rundir import read_config
+    run_dir = Path(run_dir)  # mtx.rundir imports no MXNet: nor does a CTranslate2 process
     model_cfg = read_config(ModelConfig, run_dir / "model.json", "model config")
     data_cfg = read_config(DataConfig, run_dir / "data.json", "data config")
     src, ref = inputs.test_text(data_cfg, max_sentences, inputs.run_seed(run_dir))

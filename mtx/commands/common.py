@@ -27,7 +27,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from ..config import CONF_DIR, DataConfig, DecodeConfig, ModelConfig, TrainConfig, from_dict
+from ..config import CONF_DIR, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from ..typecheck import from_dict
 from ..datadir import register_resolver
 from ..errors import (BUG, INTERRUPTED, USER_ERROR, ConfigError, DataError, FileWriteError,
                       MtxError)

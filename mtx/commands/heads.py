@@ -16,7 +16,7 @@ import numpy as onp
 from omegaconf import OmegaConf
 
 from .. import heads
-from ..config import is_number, is_whole
+from ..typecheck import is_number, is_whole
 from ..corpus import load_corpus
 from ..devices import use_numpy_interface
 from ..errors import CheckpointError, ConfigError
@@ -205,7 +205,7 @@ def learned_gates(cfg, s):
     gated.hybridize(static_alloc=True)
     model_cfg = s.model.cfg
     target = model_cfg.total_heads - s.to_remove
-    result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_len), s.ctx, target,
+    result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_pair_len), s.ctx, target,
                          cfg.l0.minutes, lr=cfg.l0.lr, gate_lr=cfg.l0.gate_lr,
                          penalty=cfg.l0.penalty, anneal=cfg.l0.anneal,
                          batch_tokens=cfg.l0.batch_tokens,

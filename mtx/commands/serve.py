@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..config import from_dict, is_number, is_whole
+from ..typecheck import from_dict, is_number, is_whole
 from ..devices import use_numpy_interface
 from ..errors import ConfigError
 from ..rundir import RunDir

@@ -6,7 +6,7 @@ import logging
 
 
 from .. import training
-from ..config import is_whole
+from ..typecheck import is_whole
 from ..devices import resolve_device, use_numpy_interface
 from ..errors import ConfigError
 from .common import hydra_command, typed

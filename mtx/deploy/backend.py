@@ -61,8 +61,8 @@ def compute_type(quantization, device="cpu"):
 
 
 def ct2_device(device):
-    """mtx's device names (`mtx.config.parse_device`) -> (CTranslate2 device, index)."""
-    from ..config import parse_device
+    """mtx's device names (`mtx.devices.parse_device`) -> (CTranslate2 device, index)."""
+    from ..devices import parse_device
     kind, index = parse_device(device)
     return DEVICES[kind], index if kind == "gpu" else 0
 

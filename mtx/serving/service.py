@@ -210,7 +210,7 @@ def build_service(model, tokenizer, ctx, decode_cfg, data_cfg, limits, batching,
                   checkpoint, precision):
     """A Service for a loaded run (not started); ``limits`` resolved for the run
     (`Limits.for_run`) and checked against the decoding defaults."""
-    limits = limits.for_run(data_cfg.max_len, model.cfg.max_src_len)
+    limits = limits.for_run(data_cfg.max_pair_len, model.cfg.max_src_len)
     check_limits_fit(limits, decode_cfg)
     engine = Engine(model, tokenizer, ctx, decode_cfg)
     info = describe(model, data_cfg, decode_cfg, limits, checkpoint, precision)

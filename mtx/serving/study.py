@@ -10,7 +10,7 @@ import logging
 import math
 from pathlib import Path
 
-from ..config import is_number
+from ..typecheck import is_number
 
 log = logging.getLogger(__name__)
 SCORE = "gradient"       # the score the study's importance order is built from (mtx.heads)

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional
 import mxnet as mx
 from mxnet import gluon
 
-from ..loss import LabelSmoothedCrossEntropy
+from ..loss import LabelSmoothedCrossEntropy, label_smoothed_loss
 from ..model import Transformer
 from ..optimizer import DynamicLossScale
 from ..precision import check_device, choose_precision, set_precision
@@ -38,9 +38,7 @@ def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None):
     set_precision(model, train_cfg.precision)
     if train_cfg.hybridize:
         model.hybridize(static_alloc=True)
-    loss_fn = LabelSmoothedCrossEntropy(model_cfg.vocab_size, train_cfg.label_smoothing)
-    loss_fn.initialize(ctx=ctxs)
-    loss_fn.hybridize(static_alloc=True)
+    loss_fn = label_smoothed_loss(model_cfg.vocab_size, train_cfg.label_smoothing, ctxs)
     # Gradients are summed by the KVStore (several devices or workers), then clipped and guarded
     # by GuardedAdam's device-side scale; the update runs on every device/worker alike
     # (update_on_kvstore=False).

@@ -16,6 +16,7 @@ class Checkpointing:
 
     def __init__(self, run, pieces, train_cfg):
         self.run, self.pieces, self.train_cfg = run, pieces, train_cfg
+        self.store = run.checkpoints
         self.last_save = time.time()
 
     def due(self):
@@ -25,8 +26,8 @@ class Checkpointing:
     def resume_point(self, state, name="latest", **meta):
         """Parameters, optimizer state and ``state`` as checkpoint ``name``; its manifest."""
         self.last_save = time.time()
-        return self.run.save(name, self.pieces.model, self.pieces.trainer, state,
-                             ema=self.pieces.ema, **meta)
+        return self.store.save(name, self.pieces.model, self.pieces.trainer, state,
+                               ema=self.pieces.ema, **meta)
 
     def epoch_end(self, state, valid, improved):
         """A finished epoch as `epoch_NNN` (and `best` when it ``improved``), then as the resume
@@ -34,12 +35,12 @@ class Checkpointing:
         Older epochs beyond `keep_last` go, with their files."""
         manifest = self.resume_point(state, f"epoch_{state.epoch:03d}", valid=valid)
         if improved:
-            self.run.link("best", manifest)
+            self.store.link("best", manifest)
         faults.point("epoch_end")
-        self.run.link("latest", manifest)
+        self.store.link("latest", manifest)
         keep = max(self.train_cfg.keep_last, self.train_cfg.average_last, 1)
-        self.run.drop(self.run.epoch_names()[:-keep])
-        self.run.collect_garbage()
+        self.store.drop(self.store.epoch_names()[:-keep])
+        self.store.collect_garbage()
 
     def at_log_point(self, state, minutes, parallel):
         """A resume point when one is due (all workers agree; rank 0 writes it)."""
@@ -52,8 +53,8 @@ class Checkpointing:
 
     def interrupted(self, step):
         """The model at Ctrl-C, as checkpoint `interrupted` (not a resume point)."""
-        self.run.save("interrupted", self.pieces.model, ema=self.pieces.ema, step=step)
-        where = ("continues from the last resume point" if self.run.resume_points() else
+        self.store.save("interrupted", self.pieces.model, ema=self.pieces.ema, step=step)
+        where = ("continues from the last resume point" if self.store.resume_points() else
                  "starts it again (no resume point yet: the first comes after "
                  "train.save_every_minutes)")
         log.warning("interrupted at step %d: the model is checkpoint 'interrupted'; "
@@ -64,15 +65,15 @@ class Checkpointing:
         (a damaged one is skipped with a warning); returns its `TrainState`, or None when the run
         has no resume point yet (stopped before its first: it starts again)."""
         model = self.pieces.model
-        names, problem = self.run.resume_points(), None
+        names, problem = self.store.resume_points(), None
         for name in names:
             try:
-                manifest = self.run.verify(name, model.cfg)
+                manifest = self.store.verify(name, model.cfg)
                 if not isinstance(manifest.get("state"), dict):
                     raise CheckpointError(f"{name} holds no training state to resume from")
                 state = TrainState.from_dict(manifest["state"])
-                self.run.load(manifest, model, self.pieces.ctxs, self.pieces.trainer,
-                              self.pieces.ema)
+                self.store.load(manifest, model, self.pieces.ctxs, self.pieces.trainer,
+                                self.pieces.ema)
             except CheckpointError as err:
                 log.warning("skipping %s: %s", name, err)
                 problem = problem or err  # the newest's

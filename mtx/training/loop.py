@@ -48,73 +48,40 @@ class Fit:
         was one."""
         state = self.checkpointing.restore()
         if self.parallel.is_chief:  # the records of what is trained again go
-            self.run_dir.keep_records_until(*((state.epoch, state.step) if state else (0, 0)))
+            self.run_dir.records.keep_until(*((state.epoch, state.step) if state else (0, 0)))
         if state is None:
             return False
         self.state, self.clock = state, Clock(self.train_cfg.max_minutes, state.minutes)
         return True
 
-    # -- the loop ------------------------------------------------------------------------------
     def train_epoch(self):
         """The rest of the current epoch (all of it unless resumed inside it). Returns False
         when the wall-clock budget stopped it before its end."""
-        state, cfg, stopped = self.state, self.train_cfg, True
+        state, cfg, parallel, finished = self.state, self.train_cfg, self.parallel, False
         batches = bucket_batches(self.train_src, self.train_tgt, cfg.batch_tokens, shuffle=True,
                                  seed=epoch_seed(self.seed, state.epoch))
-        meter = LossMeter(state, cfg.max_nonfinite_steps)
-        seed_everything(position_seed(self.seed, state.epoch, state.batch_in_epoch))
-        tic = time.time()
-        with tqdm(total=len(batches), initial=state.batch_in_epoch, leave=False, mininterval=2,
-                  desc=f"epoch {state.epoch + 1}", dynamic_ncols=True,
-                  disable=not self.parallel.is_chief) as bar:
+        records = self.run_dir.records if parallel.is_chief else None
+        with EpochLog(state, cfg, self.clock, records, len(batches), self.seed) as epoch_log:
             for batch in batches[state.batch_in_epoch:]:
                 state.step += 1
-                meter.add(*train_step(self.pieces, self.parallel, batch, state.step, cfg,
-                                      self.times_seen))
-                state.batch_in_epoch += 1
-                state.epoch_job_tokens += batch.num_tgt_tokens
-                bar.update()
+                epoch_log.add(train_step(self.pieces, parallel, batch, state.step, cfg,
+                                         self.times_seen), batch.num_tgt_tokens)
                 faults.point("step")
                 if state.batch_in_epoch % cfg.log_every == 0 and state.batch_in_epoch < len(batches):
-                    meter.flush()  # the only device->host reads of the loop
-                    state.epoch_seconds += time.time() - tic
-                    tic = time.time()
-                    self.record_steps(meter)
-                    bar.set_postfix(loss=f"{state.epoch_loss:.3f}",
-                                    tok_s=f"{state.epoch_job_tokens / state.epoch_seconds:.0f}")
-                    if self.log_point():
-                        break
-                elif not self.parallel.distributed and self.clock.out_of_time():
+                    epoch_log.log_point()
+                    if parallel.any(self.clock.out_of_time()):
+                        break  # no resume point past the budget: a resume redoes the epoch's end
+                    self.checkpointing.at_log_point(state, self.clock.minutes(), parallel)
+                elif not parallel.distributed and self.clock.out_of_time():
                     break  # one process: the budget is checked after every step
                 self.check_interrupt()
             else:
-                stopped = False
-        meter.flush()
-        state.epoch_seconds += time.time() - tic
-        self.record_steps(meter)
+                finished = True
+            epoch_log.record()
         if state.epoch_skipped:
             log.warning("epoch %d: %d steps had a non-finite loss; their updates were skipped",
                         state.epoch + 1, state.epoch_skipped)
-        return not stopped
-
-    def record_steps(self, meter):
-        """The record of the steps since the last one (steps.jsonl, TensorBoard), before this
-        point's checkpoint: a kill between the two leaves a record that the resume redoes."""
-        cfg = self.train_cfg
-        record = meter.record(inverse_sqrt_warmup(self.state.step, cfg.lr, cfg.warmup_steps),
-                              self.clock.minutes())
-        if record and self.parallel.is_chief:
-            self.run_dir.append_step(record)
-
-    def log_point(self):
-        """Every `log_every` batches: reseed dropout, save a resume point when one is due, and
-        check the budget (agreed by all workers). Returns True when training must stop."""
-        state = self.state
-        seed_everything(position_seed(self.seed, state.epoch, state.batch_in_epoch))
-        if self.parallel.any(self.clock.out_of_time()):
-            return True  # no resume point past the budget: a resume redoes the cut epoch's end
-        self.checkpointing.at_log_point(state, self.clock.minutes(), self.parallel)
-        return False
+        return finished
 
     def evaluate(self, split):
         """(mean per-token nll on ``split``, its greedy sacreBLEU or None)."""
@@ -127,7 +94,7 @@ class Fit:
         with ema.applied() if ema is not None else contextlib.nullcontext():
             val_loss, bleu = self.evaluate("val")
         record, improved = state.end_epoch(val_loss, bleu, self.clock.minutes())
-        self.run_dir.append_metrics(record)  # before the checkpoint: a resume drops it if redone
+        self.run_dir.records.append_metrics(record)  # before the checkpoint: a redo drops it
         state.start_epoch()
         state.minutes = self.clock.minutes()
         self.checkpointing.epoch_end(state, record["valid/bleu"], improved)
@@ -146,37 +113,96 @@ class Fit:
                 self.checkpointing.interrupted(self.state.step)
             raise
         finally:
-            self.run_dir.close_events()  # flushed whatever ends the run
+            self.run_dir.records.close()  # flushed whatever ends the run
 
     def check_interrupt(self):
         self.ctrl_c.check()
 
-    def early_stopped(self, state):
-        """`train.patience` epochs without a better validation score, at an epoch's end."""
-        return bool(self.train_cfg.patience and state.stale_epochs >= self.train_cfg.patience
-                    and state.batch_in_epoch == 0)
-
     def _run(self):
         """Epochs; one cut short by the budget ends like any other (validated, checkpointed)."""
-        state = self.state
+        state, patience = self.state, self.train_cfg.patience
         if state.step and self.parallel.any(self.clock.out_of_time(state.minutes)):
             return self.clock.minutes()  # resumed after the budget was spent: nothing to train
-        if self.parallel.any(self.early_stopped(state)):
+        if self.parallel.any(state.early_stopped(patience)):
             return self.clock.minutes()  # resumed after an early stop: nothing to train
         while state.epoch < self.train_cfg.max_epochs:
             cut_short = not self.train_epoch()
             state.epoch += 1
-            stop = None
             if self.parallel.is_chief:  # evaluation and checkpoints: rank 0 only
                 self.end_of_epoch()
-                if self.early_stopped(state):
-                    stop = f"no better validation score for {state.stale_epochs} epochs: early stop"
             state.start_epoch()
             self.check_interrupt()
-            # the chief decides on the minutes its checkpoint recorded, as a resume does
-            if cut_short or (self.parallel.is_chief and self.clock.out_of_time(state.minutes)):
-                stop = f"train.max_minutes={self.train_cfg.max_minutes} reached after {state.epoch} epochs"
+            stop = stop_reason(state, self.train_cfg, self.clock, self.parallel.is_chief,
+                               cut_short)
             if self.parallel.any(stop is not None):  # all workers stop after the same epoch
                 log.info("%s", stop or "another worker stopped the job")
                 break
         return self.clock.minutes()
+
+
+def stop_reason(state, train_cfg, clock, is_chief, cut_short):
+    """Why training stops after the epoch that just ended (``state`` ready for the next one), or
+    None: the budget (``cut_short``: it ran out inside the epoch; else the chief decides on the
+    minutes its checkpoint recorded, as a resume does), or early stopping (the chief's, which
+    validated)."""
+    if cut_short or (is_chief and clock.out_of_time(state.minutes)):
+        return f"train.max_minutes={train_cfg.max_minutes} reached after {state.epoch} epochs"
+    if is_chief and state.early_stopped(train_cfg.patience):
+        return f"no better validation score for {state.stale_epochs} epochs: early stop"
+    return None
+
+
+class EpochLog:
+    """One epoch's bookkeeping, used as ``with``: its steps' losses (`LossMeter`, read from the
+    device only at log points and the end: the loop's only device->host reads), the seconds
+    trained, the step records (into ``records``, a `RunRecords`, or None on workers other than
+    the chief, which also show no progress bar) and dropout, reseeded where the epoch starts
+    (or resumes) and at every log point."""
+
+    def __init__(self, state, train_cfg, clock, records, num_batches, seed):
+        self.state, self.train_cfg, self.clock, self.records = state, train_cfg, clock, records
+        self.seed, self.meter = seed, LossMeter(state, train_cfg.max_nonfinite_steps)
+        self.bar = tqdm(total=num_batches, initial=state.batch_in_epoch, leave=False,
+                        mininterval=2, desc=f"epoch {state.epoch + 1}", dynamic_ncols=True,
+                        disable=records is None)
+        self.reseed()
+        self.tic = time.time()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.close()
+
+    def reseed(self):
+        """Dropout from here on (`position_seed`): the same in a run resumed here."""
+        state = self.state
+        seed_everything(position_seed(self.seed, state.epoch, state.batch_in_epoch))
+
+    def add(self, step_result, tokens):
+        """A queued step (`train_step`'s result) on a batch of ``tokens`` target tokens."""
+        self.meter.add(*step_result)
+        self.state.batch_in_epoch += 1
+        self.state.epoch_job_tokens += tokens
+        self.bar.update()
+
+    def record(self):
+        """Read the queued losses and record the steps since the last record (steps.jsonl,
+        TensorBoard): before this point's checkpoint, so a kill between the two leaves a record
+        that the resume redoes."""
+        state, cfg = self.state, self.train_cfg
+        self.meter.flush()
+        state.epoch_seconds += time.time() - self.tic
+        self.tic = time.time()
+        record = self.meter.record(inverse_sqrt_warmup(state.step, cfg.lr, cfg.warmup_steps),
+                                   self.clock.minutes())
+        if record and self.records is not None:
+            self.records.append_step(record)
+
+    def log_point(self):
+        """Every `train.log_every` batches: record the steps, show them, reseed dropout."""
+        self.record()
+        state = self.state
+        self.bar.set_postfix(loss=f"{state.epoch_loss:.3f}",
+                             tok_s=f"{state.epoch_job_tokens / state.epoch_seconds:.0f}")
+        self.reseed()

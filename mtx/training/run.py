@@ -7,7 +7,7 @@ from .. import faults, kernels
 from ..corpus import (load_corpus, load_tokenizer, save_tokenizer, tokenizer_file,
                       tokenizer_sha256)
 from ..devices import resolve_device, seed_everything
-from ..checkpoints import RESUME_HINT
+from ..checkpoints import RESUME_HINT, save_average
 from ..errors import CheckpointError, DataError
 from ..evaluation import translate_and_score
 from ..files import atomic_write_text
@@ -15,6 +15,7 @@ from ..multi30k import TEST_SETS, TEST_SPLIT, load_split
 from ..parallel import DataParallel
 from ..pictures import learning_curve
 from ..precision import choose_precision
+from ..resume import check_identity, check_settings
 from ..rundir import RunDir, run_identity
 from .build import build_pieces
 from .loop import Fit
@@ -23,13 +24,13 @@ from .state import validation_score
 log = logging.getLogger(__name__)
 
 
-def intact(run, names, model_cfg):
-    """The checkpoints among ``names`` whose files are whole (a damaged one is left out with a
-    warning, as resuming skips it)."""
+def intact(store, names, model_cfg):
+    """The checkpoints among ``names`` of ``store`` (a `CheckpointStore`) whose files are whole
+    (a damaged one is left out with a warning, as resuming skips it)."""
     kept = []
     for name in names:
         try:
-            run.verify(name, model_cfg)
+            store.verify(name, model_cfg)
             kept.append(name)
         except CheckpointError as err:
             log.warning("leaving %s out of the average: %s", name, err)
@@ -39,14 +40,15 @@ def intact(run, names, model_cfg):
 def choose_final(fit):
     """The best checkpoint by validation score, or the average of the last `average_last`
     epoch checkpoints if that scores at least as well. Leaves the choice loaded in the model."""
-    run, ctxs = fit.run_dir, fit.pieces.ctxs
-    run.load(run.verify("best", fit.model.cfg), fit.model, ctxs)
+    store, ctxs = fit.run_dir.checkpoints, fit.pieces.ctxs
+    store.load(store.verify("best", fit.model.cfg), fit.model, ctxs)
     best_loss, best_bleu = fit.evaluate("val")
     best = validation_score(best_loss, best_bleu)
     average_last = fit.train_cfg.average_last
-    last = intact(run, run.epoch_names()[-average_last:], fit.model.cfg) if average_last > 1 else []
+    last = (intact(store, store.epoch_names()[-average_last:], fit.model.cfg)
+            if average_last > 1 else [])
     if len(last) > 1:
-        run.average(fit.model, last, ctxs)
+        save_average(store, fit.model, last, ctxs)
         avg_loss, avg_bleu = fit.evaluate("val")
         average = validation_score(avg_loss, avg_bleu)
         log.info("validation score: best epoch %s, average of the last %d %s", best, len(last),
@@ -54,7 +56,7 @@ def choose_final(fit):
         if average >= best:
             return {"checkpoint": "average", "averaged": len(last), "valid_bleu": avg_bleu,
                     "valid_loss": round(avg_loss, 4)}
-        run.load(run.verify("best", fit.model.cfg), fit.model, ctxs)
+        store.load(store.verify("best", fit.model.cfg), fit.model, ctxs)
     return {"checkpoint": "best", "valid_bleu": best_bleu, "valid_loss": round(best_loss, 4)}
 
 
@@ -71,21 +73,21 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
     vocabulary size. A resumed run uses its own tokenizer and is checked against the run
     directory before anything in it is written."""
     # a run with no resume point yet starts again with the settings (and tokenizer) given now
-    resuming = (train_cfg.resume and bool(run.resume_points())
+    resuming = (train_cfg.resume and bool(run.checkpoints.resume_points())
                 and tokenizer_file(run.path) is not None)
     started = is_chief and (run.path / "run.json").is_file()  # workers find the chief's
-    if not train_cfg.resume and (run.manifests() or started):
+    if not train_cfg.resume and (run.checkpoints.manifests() or started):
         # run.json alone: a run stopped before its first checkpoint, whose records would mix
         raise CheckpointError(f"{run.path} already holds a run; continue it with "
                               f"train.resume=true or choose a new hydra.run.dir")
     corpus = load_corpus(data_cfg, data_dir, seed, load_tokenizer(run.path) if resuming else None)
-    train_pairs = corpus.train_pairs(data_cfg.max_len)  # none left: a ConfigError, before the
-    # run directory is written
+    # none left: a ConfigError, before the run directory is written
+    train_pairs = corpus.train_pairs(data_cfg.max_pair_len)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
     if resuming:
-        run.check_identity(identity)
-        run.check_settings(config_yaml)
+        check_identity(run, identity)
+        check_settings(run, config_yaml)
     if is_chief:
         run.start(identity, model_cfg, data_cfg, config_yaml)
         save_tokenizer(corpus.tokenizer, run.path)
@@ -180,7 +182,7 @@ def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_min
               "devices": [str(c) for c in fit.pieces.ctxs], "workers": fit.parallel.num_workers,
               "scores": scores}
     run.write_json("report.json", report, RESUME_HINT)  # resuming redoes only this report
-    records = run.metrics()
+    records = run.records.metrics()
     if records:
         learning_curve(records, run.path / "learning_curve.png")
     return report
@@ -212,9 +214,9 @@ def new_fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctxs, s
     """A `Fit` on this process's devices ``ctxs`` alone (no cluster), its run directory created
     and its model initialised from ``seed``: for fine-tuning, tests and benchmarks."""
     run = RunDir(run_dir)
-    run.checkpoints.mkdir(parents=True, exist_ok=True)
+    run.checkpoints.folder.mkdir(parents=True, exist_ok=True)
     seed_everything(seed)  # the initial parameters
     parallel = DataParallel(ctxs, train_cfg.kvstore)
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore)
-    return Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_len), train_cfg, decode_cfg, run,
-               parallel, seed)
+    return Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_pair_len), train_cfg, decode_cfg,
+               run, parallel, seed)

@@ -67,6 +67,11 @@ class TrainState:
                   "wall_minutes": round(minutes, 2)}
         return record, improved
 
+    def early_stopped(self, patience):
+        """At an epoch's end, ``patience`` (`train.patience`, 0: never) epochs without a better
+        validation score?"""
+        return bool(patience and self.stale_epochs >= patience and self.batch_in_epoch == 0)
+
     @property
     def epoch_loss(self):
         return self.epoch_nll / max(self.epoch_tokens, 1)

@@ -40,21 +40,39 @@ def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None):
     autograd.backward(losses)
     pieces.trainer.set_learning_rate(inverse_sqrt_warmup(step, train_cfg.lr,
                                                          train_cfg.warmup_steps))
-    pieces.trainer.allreduce_grads()  # every device now holds the job's gradient sum
-    for ctx in pieces.ctxs:  # clip, 1 / the job's tokens, and 0 (skip) if not finite
-        tokens = batch.num_tgt_tokens
-        if pieces.loss_scales:  # the gradients are of the scaled loss
-            tokens = pieces.loss_scales[ctx].value * tokens
-        scale, finite = gradient_scale([p.grad(ctx) for p in pieces.params],
-                                       train_cfg.clip_norm, tokens)
-        pieces.trainer.optimizer.scales[ctx] = scale
-        if pieces.loss_scales:
-            pieces.loss_scales[ctx].update(finite)
-    pieces.trainer.update(1)  # the scale above already divides by the tokens
+    finite = guarded_update([(pieces.trainer, pieces.params, train_cfg.clip_norm)], pieces.ctxs,
+                            batch.num_tgt_tokens, pieces.loss_scales)
     if pieces.ema is not None:
         pieces.ema.update(step)
     return (sum(nlls), finite.as_np_ndarray().reshape(()),
             sum(part.num_tgt_tokens for part in parts))
+
+
+def guarded_update(groups, ctxs, num_tokens, loss_scales=None):
+    """Update ``groups``, [(a Trainer of `GuardedAdam`, its trainable parameters, clip_norm)],
+    from gradients of a loss summed over ``num_tokens`` target tokens: the gradients are summed
+    over devices and workers; then on every device each group's are clipped to ``clip_norm``
+    (their global norm per token; 0: not clipped) and divided by the tokens (`gradient_scale`),
+    and when any is not finite no group is updated. ``loss_scales``: {ctx: DynamicLossScale}
+    the loss was multiplied by, or None. Returns the finite flag ((1,), of the last device)."""
+    for trainer, _, _ in groups:
+        trainer.allreduce_grads()  # every device now holds the job's gradient sum
+    for ctx in ctxs:
+        tokens = num_tokens
+        if loss_scales:  # the gradients are of the scaled loss
+            tokens = loss_scales[ctx].value * tokens
+        scales = [gradient_scale([p.grad(ctx) for p in params], clip_norm, tokens)
+                  for _, params, clip_norm in groups]
+        finite = scales[0][1]
+        for _, group_finite in scales[1:]:
+            finite = finite * group_finite
+        for (trainer, _, _), (scale, _) in zip(groups, scales):  # 0: GuardedAdam skips it
+            trainer.optimizer.scales[ctx] = scale * finite if len(groups) > 1 else scale
+        if loss_scales:
+            loss_scales[ctx].update(finite)
+    for trainer, _, _ in groups:
+        trainer.update(1)  # the scale above already divides by the tokens
+    return finite
 
 
 def evaluate(pieces, corpus, split, train_cfg, decode_cfg):
