@@ -104,7 +104,7 @@ class CheckpointStore(CheckpointFolder):
 
     def _store(self, kind, suffix, write):
         """Write a data file under its content's name; returns (file name, sha256)."""
-        staging = self.folder / f"staging-{kind}{suffix}"
+        staging = self.folder / f"staging-{kind}-{os.getpid()}{suffix}"  # this process's own
         atomic_write(staging, write, RESUME_HINT)
         digest = sha256_of(staging)
         name = f"{kind}-{digest[:16]}{suffix}"
@@ -196,7 +196,7 @@ class CheckpointStore(CheckpointFolder):
                 continue  # a damaged manifest names nothing; its files go
         for path in self.folder.glob("*"):
             data_file = path.suffix in (".params", ".states") or path.name.startswith(".")
-            if data_file and path.name not in named:
+            if data_file and path.name not in named and not _staged_by_another(path):
                 path.unlink(missing_ok=True)
 
 
@@ -222,3 +222,19 @@ def save_average(store, model, names, ctxs, out_name="average"):
     """`average_into` ``model``, saved as checkpoint ``out_name`` of ``store``; its manifest."""
     average_into(store, model, names, ctxs)
     return store.save(out_name, model, averaged=list(names))
+
+
+def _staged_by_another(path):
+    """Is ``path`` a staging or temporary file (`staging-<kind>-<pid>`, `.<name>.<pid>.tmp`) of
+    another process that is still alive? Such a file is that process's to finish or remove."""
+    pid = path.stem.rsplit("-", 1)[-1] if path.name.startswith("staging-") else (
+        path.name.rsplit(".", 2)[-2] if path.name.endswith(".tmp") else "")
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

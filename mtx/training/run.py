@@ -1,5 +1,6 @@
 """One training run end to end: data, the run directory, the pieces, the loop, the final
 checkpoint choice and the test scores (report.json)."""
+import contextlib
 import dataclasses
 import logging
 
@@ -16,6 +17,7 @@ from ..parallel import DataParallel
 from ..pictures import learning_curve
 from ..precision import choose_precision
 from ..resume import check_identity, check_settings
+from ..runlock import RunLock
 from ..rundir import RunDir, run_identity
 from .build import build_pieces
 from .loop import Fit
@@ -102,6 +104,15 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1,
     run = RunDir(run_dir)
     ctxs = [resolve_device(d) for d in (train_cfg.devices or [device])]
     parallel = DataParallel(ctxs, train_cfg.kvstore)
+    # rank 0 is the run directory's one writer for the whole run (a second training is refused)
+    with RunLock(run.path) if parallel.is_chief else contextlib.nullcontext():
+        return _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data_dir,
+                      seed, config_yaml)
+
+
+def _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data_dir, seed,
+           config_yaml):
+    """`train` on this process's devices ``ctxs``, holding the run directory when chief."""
     if not parallel.is_chief:
         quiet_log_files()
     seed_everything(seed)

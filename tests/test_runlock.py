@@ -1,0 +1,87 @@
+"""One writer per run directory (mtx.runlock): a second holder is refused with the first's name;
+a lock whose process died never blocks."""
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mtx.errors import USER_ERROR
+from mtx.rundir import RunDir
+from mtx.runlock import RunInUse, RunLock
+from tests.conftest import ROOT, run_script
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from mtx.runlock import RunLock
+    with RunLock(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(60)
+""")
+
+
+def hold_in_child(run_dir):
+    """A child process that holds the lock of ``run_dir`` until killed."""
+    child = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_a_second_writer_is_refused_with_the_holders_process_id(tmp_path):
+    child = hold_in_child(tmp_path)
+    try:
+        with pytest.raises(RunInUse) as caught:
+            RunLock(tmp_path).acquire()
+        message = str(caught.value)
+        assert f"process {child.pid}" in message and str(tmp_path) in message
+        assert "\n" not in message
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_lock_left_by_a_killed_process_does_not_block(tmp_path):
+    child = hold_in_child(tmp_path)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert (tmp_path / ".lock").exists()
+    with RunLock(tmp_path) as lock:
+        assert lock.path.read_text().startswith("process ")
+    with RunLock(tmp_path):  # released on exit: taken again
+        pass
+
+
+def test_taking_the_lock_twice_through_one_holder_is_harmless(tmp_path):
+    lock = RunLock(tmp_path / "new" / "run")
+    lock.acquire()
+    lock.acquire()
+    lock.release()
+    lock.release()
+    assert (tmp_path / "new" / "run" / ".lock").exists()
+
+
+@pytest.mark.slow
+def test_two_trainings_into_one_directory_one_trains_the_other_is_refused(tmp_path):
+    """The second `mtx-train` into a directory in use exits 2 with one line naming the first;
+    the first finishes and its checkpoints hold its own weights (they verify)."""
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "train.py"),
+                              "experiment=smoke", "train.max_epochs=30", f"hydra.run.dir={run_dir}"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / ".lock").is_file() or not (run_dir / ".lock").read_text():
+            assert first.poll() is None and time.monotonic() < deadline, "the first never started"
+            time.sleep(0.2)
+        second = run_script("train", "experiment=smoke", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        errors = second.stderr.decode().strip().splitlines()
+        assert second.returncode == USER_ERROR
+        assert len(errors) == 1 and f"process {first.pid}" in errors[0], errors
+    finally:
+        assert first.wait(timeout=600) == 0, first.stderr.read().decode()[-2000:]
+    store = RunDir(run_dir).checkpoints
+    for name in ["latest", *store.epoch_names()]:
+        store.verify(name)
