@@ -284,4 +284,5 @@ def test_bad_study_settings_name_the_key_and_what_to_give(values, message):
 
 def test_the_study_settings_of_heads_yaml_are_the_dataclass_defaults():
     from omegaconf import OmegaConf
-    assert StudySettings.from_config(OmegaConf.load(ROOT / "conf" / "heads.yaml")) == StudySettings()
+    heads_yaml = OmegaConf.load(ROOT / "conf" / "heads.yaml")
+    assert StudySettings.from_config(heads_yaml) == StudySettings()
