@@ -1,7 +1,7 @@
 """The errors a user can cause, and the exit code each ends a command with.
 
 Every class here is a *user error*: bad input, a bad setting, a file that cannot be used. Its
-message is one line that names the problem and the fix; the commands (`mtx.commands.common`)
+message is one line that names the problem and the fix; the commands (`mtx.commands.exits`)
 print it as ``error: <message>`` and exit with `USER_ERROR`. Anything else that escapes is a bug
 (`BUG`), Ctrl-C is `INTERRUPTED`.
 """

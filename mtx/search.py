@@ -1,9 +1,10 @@
-"""Greedy and beam search over a batch with incremental (cached) decoding, and `Translator`,
-which turns lines of text into lines of text.
+"""Greedy and beam search over a batch with incremental (cached) decoding, `Translator`, which
+turns lines of text into lines of text, and `load_decoder`, a run's model ready to decode.
 
 Scores are sums of log-probabilities; beam search ranks hypotheses by the GNMT length-normalised
 score ``sum_logp / ((5 + length) / 6) ** alpha`` (Wu et al. 2016), length counting the EOS
-(but not the EOS forced on a sentence that reached its length limit).
+(but not the EOS forced on a sentence that reached its length limit), and stops a sentence at its
+output limit (both in `mtx.search_rules`, which the CTranslate2 backend follows too).
 """
 
 import numpy as onp
@@ -11,11 +12,21 @@ from mxnet import np, npx
 
 from . import ops
 from .batching import MAX_TRANSLATION_ROWS, length_groups
-from .config import gnmt_penalty, output_limits
 from .lines import LineTranslator
+from .search_rules import gnmt_penalty, output_limits
 from .vocab import BOS, EOS, PAD, SPECIALS
 
 NEG_INF = -1e30
+
+
+def load_decoder(run_dir, ctx, which="auto"):
+    """(model, tokenizer, the run's DataConfig) of run directory ``run_dir`` (checkpoint
+    ``which``, as `mtx.rundir.load_run` takes it) on ``ctx``, hybridized with static memory: the
+    one way every command and benchmark loads a model to translate with."""
+    from .rundir import load_run
+    model, tokenizer, data_cfg = load_run(run_dir, ctx, which)
+    model.hybridize(static_alloc=True)
+    return model, tokenizer, data_cfg
 
 
 def _keep_rows(state, rows, sentences=None):
@@ -58,25 +69,8 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
     results = [None] * B
     for t in range(steps):
         log_probs, _ = model.step(tokens, state)  # (R, V), R = live sentences * K
-        R, V = log_probs.shape
-        top_lp, top_ids = npx.topk(log_probs, k=min(K, V), axis=-1, ret_typ="both")  # (R, C)
-        C = top_lp.shape[1]
-        stop = (finished.reshape(-1, 1) + (limit <= t).astype("float32")) > 0  # (R, 1)
-        # a stopped hypothesis has one continuation, EOS at no cost (and no added length)
-        top_lp = np.where(stop, _eos_only_scores(C, ctx), top_lp)
-        top_ids = np.where(stop, float(EOS), top_ids)
-        cand_raw = raw.reshape(-1, 1) + top_lp  # (R, C)
-        new_len = length.reshape(-1, 1) + 1 - stop.astype("float32")  # (R, 1)
-        cand = npx.reshape(cand_raw / gnmt_penalty(new_len, length_penalty), (-1, K * C))
-        best = npx.topk(cand, k=K, axis=-1, ret_typ="indices", dtype="float32")  # (R/K, K)
-        beam = np.floor(best / C)  # which of the sentence's beams each winner extends
-        offsets = np.arange(R // K, dtype="float32", ctx=ctx).reshape(-1, 1) * K
-        origin = (beam + offsets).reshape(-1).astype("int32")  # (R,) rows of the step before
-        picked = (origin * C + (best - beam * C).reshape(-1).astype("int32"))  # (R,) in (R*C,)
-        tokens = np.take(top_ids.reshape(-1), picked).astype("int32")
-        raw = np.take(cand_raw.reshape(-1), picked)
-        length = np.take(new_len.reshape(-1), origin)
-        finished = np.maximum(np.take(finished, origin), (tokens == EOS).astype("float32"))
+        tokens, raw, length, finished, origin = _extend(log_probs, raw, length, finished,
+                                                        limit <= t, K, length_penalty)
         history.append((tokens.asnumpy(), origin.asnumpy()))
         done = finished.asnumpy().reshape(-1, K).min(axis=1) > 0  # (R/K,) all K ended
         if done.all() or t == steps - 1:
@@ -97,6 +91,34 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
         else:
             _keep_rows(state, origin)
     return results
+
+
+def _extend(log_probs, raw, length, finished, at_limit, K, alpha):
+    """One step of the beam: the log-probabilities (R, V) of the next token after each of the
+    R = sentences * K hypotheses, with their sums of log-probabilities ``raw`` (R,), lengths
+    (R,), ``finished`` (R,) and ``at_limit`` (R, 1) (their output limit reached) -> each
+    sentence's K best extensions: (tokens (R,) int32, raw (R,), length (R,), finished (R,),
+    origin (R,) int32: the row of the step before that each extends)."""
+    ctx = log_probs.ctx
+    R, V = log_probs.shape
+    top_lp, top_ids = npx.topk(log_probs, k=min(K, V), axis=-1, ret_typ="both")  # (R, C)
+    C = top_lp.shape[1]
+    stop = (finished.reshape(-1, 1) + at_limit.astype("float32")) > 0  # (R, 1)
+    # a stopped hypothesis has one continuation, EOS at no cost (and no added length)
+    top_lp = np.where(stop, _eos_only_scores(C, ctx), top_lp)
+    top_ids = np.where(stop, float(EOS), top_ids)
+    cand_raw = raw.reshape(-1, 1) + top_lp  # (R, C)
+    new_len = length.reshape(-1, 1) + 1 - stop.astype("float32")  # (R, 1)
+    cand = npx.reshape(cand_raw / gnmt_penalty(new_len, alpha), (-1, K * C))  # (R/K, K*C)
+    best = npx.topk(cand, k=K, axis=-1, ret_typ="indices", dtype="float32")  # (R/K, K)
+    beam = np.floor(best / C)  # which of the sentence's beams each winner extends
+    offsets = np.arange(R // K, dtype="float32", ctx=ctx).reshape(-1, 1) * K
+    origin = (beam + offsets).reshape(-1).astype("int32")  # (R,) rows of the step before
+    picked = (origin * C + (best - beam * C).reshape(-1).astype("int32"))  # (R,) in (R*C,)
+    tokens = np.take(top_ids.reshape(-1), picked).astype("int32")
+    finished = np.maximum(np.take(finished, origin), (tokens == EOS).astype("float32"))
+    return (tokens, np.take(cand_raw.reshape(-1), picked), np.take(new_len.reshape(-1), origin),
+            finished, origin)
 
 
 def _eos_only_scores(C, ctx):

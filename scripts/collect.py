@@ -18,7 +18,7 @@ import re
 import statistics
 from pathlib import Path
 
-from mtx.commands.common import OneLineParser, one_line_errors
+from mtx.commands.exits import OneLineParser, one_line_errors
 from mtx.errors import DataError
 from mtx.files import atomic_write_json, read_json, read_json_lines
 from mtx.multi30k import TEST_SPLIT

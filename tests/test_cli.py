@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from mtx.commands.common import run, typed
+from mtx.commands.entry import run, typed
 from mtx.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from mtx.typecheck import from_dict
 from mtx.errors import BUG, INTERRUPTED, USER_ERROR, DataError

@@ -3,13 +3,12 @@ scripts turn bad overrides into one clear line."""
 
 import re
 
-import numpy as onp
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from mtx.commands.common import typed
-from mtx.config import ConfigError, DecodeConfig, ModelConfig, output_limits
+from mtx.commands.entry import typed
+from mtx.config import ConfigError, DecodeConfig, ModelConfig
 from mtx.devices import parse_device
 from tests.conftest import ROOT, run_script
 
@@ -95,14 +94,6 @@ def test_greedy_is_the_beam_config_with_one_hypothesis():
                                          batch_tokens=100)
     from_beam = typed(_compose("translate", ["decode=beam"]), "decode").greedy()
     assert from_beam == typed(_compose("translate", ["decode=greedy"]), "decode")
-
-
-def test_output_limits_are_a_times_the_source_plus_b_rounded_up_within_the_model():
-    """One function for mtx's search and the CTranslate2 backend: ceil(a * (ids + EOS) + b),
-    never more than the model's positions; a number or an array."""
-    assert output_limits(4, 1.5, 10, 100) == 16 and output_limits(3, 0.5, 0, 100) == 2
-    assert list(output_limits(onp.array([1, 20, 90]), 1.5, 10, 100)) == [12, 40, 100]
-    assert output_limits(7, 0.0, 3, 100) == 3
 
 
 @pytest.mark.parametrize("name, parsed", [("cpu", ("cpu", 0)), ("cpu:1", ("cpu", 1)),

@@ -9,11 +9,11 @@ from mxnet import np
 from mtx import heads
 from mtx.config import ModelConfig
 from mtx.corpus import load_corpus
-from mtx.head_study import choose_pruning
+from mtx.head_study import StudySettings, choose_pruning
 from mtx.pictures import attention_pictures
 from mtx.rundir import load_run
 from mtx.search import attention_of, greedy_search
-from tests.conftest import run_script
+from tests.conftest import ROOT, run_script
 
 
 @pytest.fixture(scope="module")
@@ -247,15 +247,42 @@ def _plain_loss(model, corpus):
     ("order", 0, 0),   # the control: the whole model fine-tuned
     ("l0", 0, None), ("order", 0.01, None), ("order", 0.8, None)])
 def test_prune_fraction_becomes_heads_to_remove(method, fraction, removed):
-    from omegaconf import OmegaConf
-    from mtx.commands.heads import heads_to_remove
     from mtx.errors import ConfigError
-    cfg = OmegaConf.create({"method": method, "prune_fraction": fraction, "target_heads": None,
-                            "l0": {"anneal": 0.6, "minutes": 10, "max_steps": None}})
+    settings = StudySettings(method=method, prune_fraction=fraction)
     model_cfg = ModelConfig(num_hiddens=64, num_heads=4, ffn_num_hiddens=128,
                             num_encoder_layers=2, num_decoder_layers=2, vocab_size=24)
     if removed is None:  # 24 heads in 6 layers: 0.8 keeps 5, 0.01 and l0's 0 keep all 24
         with pytest.raises(ConfigError, match="would keep"):
-            heads_to_remove(cfg, model_cfg)
+            settings.heads_to_remove(model_cfg)
     else:
-        assert heads_to_remove(cfg, model_cfg) == removed
+        assert settings.heads_to_remove(model_cfg) == removed
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"timing_rounds": 1.5}, "timing_rounds=1.5: give 1 or more rounds"),
+    ({"max_sentences": None, "random_orders": True}, "random_orders=True: give 0 or more orders"),
+    ({"leave_one_out": "yes"}, "leave_one_out=yes: give true or false"),
+    ({"max_bleu_loss": float("nan")}, "max_bleu_loss=nan: give the val BLEU"),
+    ({"prune_fraction": 1.5}, "prune_fraction=1.5: give a fraction of the heads from 0 to 1"),
+    ({"finetune": {"lr": 0}}, "finetune.lr=0: give a learning rate > 0"),
+    ({"l0": {"anneal": 2}}, "l0.anneal=2: give the part of the budget"),
+    ({"method": "l0", "prune_fraction": 0.5, "l0": {"minutes": 0}},
+     "l0.minutes=0, l0.max_steps=null: the gates need minutes > 0 or max_steps >= 1"),
+    ({"method": "l0"}, "method=l0 needs exactly one of target_heads="),
+    ({"method": "greedy"}, "method=greedy is not a pruning method"),
+])
+def test_bad_study_settings_name_the_key_and_what_to_give(values, message):
+    """conf/heads.yaml's study keys, as a command line would set them, before any work."""
+    from omegaconf import OmegaConf
+    from mtx.errors import ConfigError
+    cfg = OmegaConf.load(ROOT / "conf" / "heads.yaml")
+    cfg.merge_with(values)
+    with pytest.raises(ConfigError) as raised:
+        StudySettings.from_config(cfg)
+    assert str(raised.value).startswith(message)
+
+
+def test_the_study_settings_of_heads_yaml_are_the_dataclass_defaults():
+    from omegaconf import OmegaConf
+    heads_yaml = OmegaConf.load(ROOT / "conf" / "heads.yaml")
+    assert StudySettings.from_config(heads_yaml) == StudySettings()

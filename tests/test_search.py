@@ -17,8 +17,17 @@ from mtx.config import DecodeConfig
 from mtx.model import Transformer
 from mtx.rundir import load_run
 from mtx.search import Translator, beam_search, greedy_search
+from mtx.search_rules import output_limits
 from mtx.vocab import BOS, EOS, PAD, SPECIALS
 from tests.conftest import ROOT, run_script
+
+
+def test_output_limits_are_a_times_the_source_plus_b_rounded_up_within_the_model():
+    """One function for mtx's search and the CTranslate2 backend: ceil(a * (ids + EOS) + b),
+    never more than the model's positions; a number or an array."""
+    assert output_limits(4, 1.5, 10, 100) == 16 and output_limits(3, 0.5, 0, 100) == 2
+    assert list(output_limits(onp.array([1, 20, 90]), 1.5, 10, 100)) == [12, 40, 100]
+    assert output_limits(7, 0.0, 3, 100) == 3
 
 
 @pytest.fixture(scope="module")

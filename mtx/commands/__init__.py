@@ -1,5 +1,6 @@
 """The programs behind scripts/: one function per program, taking Hydra's DictConfig.
 
 Imports go one way: scripts -> commands -> training / decoding / head analysis -> model.
-`common` turns every failure into one line and an exit code (see its docstring).
+`entry` makes a command of a function of the config, `exits` turns every failure into one line
+and an exit code, `paths` checks the files a command reads and writes.
 """

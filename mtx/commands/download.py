@@ -2,7 +2,7 @@
 the four test sets, en/de/fr) into the data directory and check its SHA-256, without training.
 Files in a local copy (raw_dir= / MTX_MULTI30K_DIR) are checked where they are."""
 from ..multi30k import fetch_all
-from .common import hydra_command
+from .entry import hydra_command
 
 
 def download(cfg):

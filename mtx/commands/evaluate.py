@@ -12,7 +12,9 @@ from ..files import atomic_write_json, atomic_write_text
 from ..lines import read_parallel
 from ..multi30k import load_split
 from ..rundir import require_run
-from .common import decoding_options, hydra_command, load_decoder, writable_out_dir
+from ..search import load_decoder
+from .entry import decoding_options, hydra_command
+from .paths import writable_out_dir
 
 
 def read_files(cfg):
@@ -56,7 +58,7 @@ def evaluate(cfg):
     run.locate_checkpoint(cfg.checkpoint)
     name, sources, references = texts or read_split(cfg, run.data_config())
     out_dir = writable_out_dir(cfg, "eval")
-    model, tokenizer, data_cfg = load_decoder(cfg, ctx)
+    model, tokenizer, data_cfg = load_decoder(cfg.ckpt, ctx, cfg.checkpoint)
     tgt_lang = data_cfg.tgt_lang if data_cfg else "en"
     hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,
                                              references, tgt_lang)

@@ -1,7 +1,7 @@
 """scripts/export.py: write a trained run as a model directory another engine serves: today
 CTranslate2 (`mtx.deploy.export`), with float32, int8 or int16 weights."""
 from ..errors import ConfigError
-from .common import hydra_command
+from .entry import hydra_command
 
 FORMATS = ("ctranslate2",)
 

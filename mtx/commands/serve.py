@@ -10,7 +10,8 @@ from ..typecheck import from_dict, is_number, is_whole
 from ..devices import use_numpy_interface
 from ..errors import ConfigError
 from ..rundir import RunDir
-from .common import decoding_options, hydra_command, load_decoder
+from ..search import load_decoder
+from .entry import decoding_options, hydra_command
 
 log = logging.getLogger("mtx.serve")
 DECODING_PRECISION = "float32"  # load_run builds the model in float32; serving computes in it
@@ -77,7 +78,7 @@ def serve(cfg):
     access = section(cfg, "access", Access)
     sock = bind(cfg.host, cfg.port)
     use_numpy_interface()
-    model, tokenizer, data_cfg = load_decoder(cfg, ctx)
+    model, tokenizer, data_cfg = load_decoder(cfg.ckpt, ctx, cfg.checkpoint)
     service = build_service(model, tokenizer, ctx, decode_cfg, data_cfg, limits, batching,
                             cfg.ckpt, checkpoint_info(cfg), DECODING_PRECISION)
     if not service.study["available"]:

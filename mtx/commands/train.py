@@ -9,7 +9,7 @@ from .. import training
 from ..typecheck import is_whole
 from ..devices import resolve_device, use_numpy_interface
 from ..errors import ConfigError
-from .common import hydra_command, typed
+from .entry import hydra_command, typed
 
 log = logging.getLogger("mtx")
 

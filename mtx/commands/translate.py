@@ -9,9 +9,9 @@ from pathlib import Path
 from ..devices import use_numpy_interface
 from ..errors import ConfigError, FileWriteError
 from ..lines import file_chunks, stream_chunks
-from ..search import Translator
-from .common import (decoding_options, hydra_command, load_decoder, readable_file, typed,
-                     writable_file)
+from ..search import Translator, load_decoder
+from .entry import decoding_options, hydra_command, typed
+from .paths import readable_file, writable_file
 
 log = logging.getLogger("mtx")
 
@@ -96,7 +96,7 @@ def make_translator(cfg):
         decode_cfg = typed(cfg, "decode")
         return translator_for(cfg, decode_cfg), decode_cfg
     decode_cfg, ctx = decoding_options(cfg)
-    model, tokenizer, _ = load_decoder(cfg, ctx)
+    model, tokenizer, _ = load_decoder(cfg.ckpt, ctx, cfg.checkpoint)
     return Translator(model, tokenizer, decode_cfg, ctx), decode_cfg
 
 

@@ -19,29 +19,28 @@ The decoding settings mean what they mean in mtx:
   CTranslate2 keeps it and, at low length penalties, would return it. (Forbidding it with
   ``min_decoding_length=1`` would renormalise the first step's probabilities without EOS and
   change every score.) Greedy search is the same algorithm in both, EOS allowed at once. Where
-  the two beams still end differently, each explored hypotheses the other did not; `PATIENCE`'s
-  comment has a measurement, docs/deploy.md the table.
+  the two beams still end differently, each explored hypotheses the other did not (docs/deploy.md
+  compares them).
 """
 import copy
 import logging
 import os
 
-from ..config import gnmt_penalty, output_limits
 from ..lines import LineTranslator
+from ..search_rules import gnmt_penalty, output_limits
 from ..vocab import EOS
 from . import require
 from .export import read_export_info
 
 DEVICES = {"cpu": "cpu", "gpu": "cuda", "auto": "auto"}
 # CTranslate2 ends a beam search after PATIENCE * beam_size finished hypotheses. With 1 (its
-# default) it stopped earlier than mtx: on the first 300 test_2016_flickr sentences of the default
-# run (beam 5, length penalty 1) 12 best hypotheses differed from mtx's, each with a lower GNMT
-# score than mtx's; with 2, one differed, and it scored higher than mtx's (2026-11-30, Intel
-# Xeon, 2 threads: 11.4 s against 13.7 s, in one round on a shared machine).
+# default) it stops before mtx's beam would and misses better hypotheses that mtx finds; with 2
+# its best hypothesis is mtx's, or one with a higher GNMT score, on nearly every sentence, for a
+# little more time (docs/deploy.md).
 PATIENCE = 2
-# CPU instructions that multiply int8 with int8 and add in one step (VNNI, AMX). Without them an
-# int8 export computed in int8 ran 1.8x slower than float32 on an AVX2-only AMD EPYC; its weights
-# are then dequantized to float32 at load (`compute_type`). docs/deploy.md has the measurements.
+# CPU instructions that multiply int8 with int8 and add in one step (VNNI, AMX). Without them
+# CTranslate2's int8 products are slower than float32 ones, so an int8 export's weights are then
+# dequantized to float32 at load (`compute_type`; docs/performance.md measures it).
 INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 CT2_ISA_CAP = "CT2_FORCE_CPU_ISA"  # CTranslate2's own cap, e.g. AVX2
 

@@ -3,7 +3,7 @@
     GET  /           the page (page.html: one file, no build step, nothing from other hosts)
     GET  /health     liveness: {"status": "ok" | "stopping", "queued", "jobs", "failed", ...}
     GET  /ready      readiness: {"ready": true}, or 503 naming why not (stopping, queue full,
-                     worker dead, a batch stuck)
+                     the model thread dead, a batch stuck)
     GET  /info       languages, parameters, heads per attention layer, checkpoint, precision
     GET  /heads      the run's head study, or {"available": false, "reason": ...}
     POST /translate  {"text": [...], "beam_size", "length_penalty", "nbest", "gates"}
@@ -147,7 +147,7 @@ async def answer(work):
 def create_app(service, shutdown_seconds, token=None, hosts=None):
     """The FastAPI app of a started `mtx.serving.service.Service`; when the server stops, the
     service answers what it has queued (within ``shutdown_seconds``, off the event loop) and
-    stops its worker. ``token``, ``hosts``: `mtx.serving.access`."""
+    stops its model thread. ``token``, ``hosts``: `mtx.serving.access`."""
     @asynccontextmanager
     async def lifespan(app):
         yield
@@ -158,9 +158,13 @@ def create_app(service, shutdown_seconds, token=None, hosts=None):
     app.add_middleware(BodyCheck, max_bytes=service.limits.max_body_bytes,
                        seconds=service.limits.body_seconds)
     app.add_middleware(AccessCheck, token=token, hosts=hosts)  # outermost: before any work
-    html = page_html()
-    policy = page_policy(html)
+    add_error_handlers(app)
+    add_routes(app, service)
+    return app
 
+
+def add_error_handlers(app):
+    """Every error as ``{"error": "<one line>"}`` with its status (module docstring)."""
     @app.exception_handler(RequestError)
     async def request_error(request: Request, err: RequestError):
         return error(err.status, str(err), err.headers)
@@ -183,6 +187,12 @@ def create_app(service, shutdown_seconds, token=None, hosts=None):
                                       f"GET /info, /health, /heads; POST /translate, /attention)",
                      getattr(err, "headers", None))
 
+
+def add_routes(app, service):
+    """The page and the API (module docstring), answered by ``service``."""
+    html = page_html()
+    policy = page_policy(html)
+
     @app.get("/", response_class=HTMLResponse)
     async def page():
         return HTMLResponse(html, headers={"Content-Security-Policy": policy,
@@ -196,7 +206,8 @@ def create_app(service, shutdown_seconds, token=None, hosts=None):
     async def ready():
         reason = service.not_ready()
         if reason:
-            return error(503, f"not ready: {reason}", {"Retry-After": str(service.retry_after())})
+            return error(503, f"not ready: {reason}",
+                         {"Retry-After": str(service.jobs.retry_after())})
         return {"ready": True}
 
     @app.get("/info")
@@ -212,8 +223,6 @@ def create_app(service, shutdown_seconds, token=None, hosts=None):
         return await answer(service.translate(body, lambda: client_gone(request)))
 
     @app.post("/attention")
-    async def attention(body: AttentionBody, request: Request):  # JSON made in the worker
+    async def attention(body: AttentionBody, request: Request):  # JSON made in the model thread
         json_bytes = await answer(service.attention(body, lambda: client_gone(request)))
         return Response(json_bytes, media_type="application/json")
-
-    return app

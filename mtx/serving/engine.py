@@ -1,6 +1,6 @@
 """The server's model calls: a batch of translations, and one sentence's attention. Only the
-model worker's thread calls `Engine.run_batch` (MXNet is not thread-safe); `encode` is plain
-tokenization and runs in any thread.
+model thread (`mtx.serving.batcher`) calls `Engine.run_batch` (MXNet is not thread-safe);
+`encode` is plain tokenization and runs in any thread.
 
 Shapes: ``gates`` (A, H) as nested tuples, one row per attention layer in
 `ModelConfig.attention_layers` order, 1 keeps a head and 0 gates it off (None: all on);
@@ -46,10 +46,10 @@ class Engine:
         return self.tokenizer.encode(lines)
 
     def run_batch(self, key, payloads):
-        """`mtx.serving.worker` calls this. key = (TRANSLATE, Settings): payloads are lists of
+        """`mtx.serving.batcher` calls this. key = (TRANSLATE, Settings): payloads are lists of
         sentences' ids, each gets its sentences' n-best [(text, score)]; key = (ATTENTION,
         Settings): payloads are one sentence's ids each, each gets `attention`'s dict as
-        compact JSON bytes (serialised here, in the worker thread, not on the event loop)."""
+        compact JSON bytes (serialised here, in the model thread, not on the event loop)."""
         kind, settings = key
         if kind == TRANSLATE:
             flat = [ids for sentences in payloads for ids in sentences]

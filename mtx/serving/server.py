@@ -2,8 +2,8 @@
 
 On the first SIGTERM/SIGINT the service stops taking new work (a request that reaches the model
 after that gets 503) while uvicorn stops accepting connections and waits up to
-``shutdown_seconds`` for the requests in flight, which the worker still answers; then the worker
-ends. Every request that got in is answered or refused, none is dropped. After a SIGTERM the
+``shutdown_seconds`` for the requests in flight, which the model thread still answers; then
+it ends. Every request that got in is answered or refused, none is dropped. After a SIGTERM the
 command exits 0; after Ctrl-C it says "interrupted" and exits 130, as every mtx command does. A
 second signal exits at once (130 for Ctrl-C, 143 for SIGTERM), whatever is in flight.
 """

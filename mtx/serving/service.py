@@ -1,14 +1,14 @@
-"""What the routes answer: translations and attention through the model worker, the run's
-description (/info), the worker's state (/health) and the head study (/heads).
+"""What the routes answer: translations and attention through the model thread, the run's
+description (/info), the queue's state (/health, /ready) and the head study (/heads).
 
 Requests are checked here, in the event loop, before they reach the queue (`mtx.serving.bodies`);
-the model's work happens in the worker thread and the handler awaits its future, so the event
-loop stays free to take more requests while the model is busy, and those are batched.
+the model's work happens in the model thread (`mtx.serving.batcher`) and the handler awaits its
+future, so the event loop stays free to take more requests while the model is busy, and those
+are batched.
 """
 import asyncio
 import dataclasses
 import logging
-import math
 import time
 from dataclasses import dataclass
 
@@ -17,7 +17,8 @@ from ..errors import ConfigError
 from .bodies import RequestError, check_work, sentence_ids, settings
 from .engine import ATTENTION, TRANSLATE, Engine
 from .study import head_study
-from .worker import Busy, ModelWorker, Stopping
+from .batcher import Batcher
+from .jobs import Busy, JobQueue, Stopping
 
 log = logging.getLogger(__name__)
 STUCK_SECONDS = 120.0  # a batch running longer than this makes the server not ready
@@ -26,8 +27,8 @@ WAKE_SECONDS = 0.5  # a waiting request looks at the shutdown deadline this ofte
 
 @dataclass(frozen=True)
 class Batching:
-    """conf/serve.yaml ``batching``: how long the worker waits for requests to join a batch,
-    and how much work (source subwords x beam) a batch takes at most."""
+    """conf/serve.yaml ``batching``: how long the model thread waits for requests to join a
+    batch, and how much work (source subwords x beam) a batch takes at most."""
     max_wait_ms: float = 5.0
     max_batch_tokens: int = 8192
 
@@ -40,39 +41,40 @@ class Batching:
     @property
     def part_tokens(self):
         """The work of one part of a request: an eighth of a batch, so a few heavy requests
-        leave room for others in every batch (`mtx.serving.worker`)."""
+        leave room for others in every batch (`mtx.serving.batcher`)."""
         return max(1, self.max_batch_tokens // 8)
 
 
 class Service:
-    """One loaded run served: ``engine`` (the model), the worker that owns it, the limits."""
+    """One loaded run served: ``engine`` (the model), the queue of its jobs and the thread that
+    owns it, the limits."""
 
     def __init__(self, engine: Engine, limits, batching: Batching, info, study):
         self.engine, self.limits, self.info, self.study = engine, limits, info, study
         self.batching = batching
-        self.worker = ModelWorker(engine.run_batch, batching.max_wait_ms / 1000,
-                                  batching.max_batch_tokens, limits.max_queue,
-                                  on_start=self._start_worker,
-                                  max_queue_tokens=limits.max_queue_work)
+        self.jobs = JobQueue(limits.max_queue, limits.max_queue_work)
+        self.batcher = Batcher(self.jobs, engine.run_batch, batching.max_wait_ms / 1000,
+                               batching.max_batch_tokens, on_start=self._warm_up)
         self.stop_deadline = None  # time.monotonic() by which requests in flight are answered
 
-    def _start_worker(self):
+    def _warm_up(self):
         use_numpy_interface()  # MXNet's NumPy mode is per thread
         self.engine.warm_up()
 
     def start(self):
-        """Start the worker and wait for its warm-up (the first model calls trace graphs)."""
-        self.worker.start()
+        """Start the model thread and wait for its warm-up (the first model calls trace
+        graphs)."""
+        self.batcher.start()
 
     def close(self, seconds=None):
         """Refuse new requests from now on; those queued are still answered, within ``seconds``
         (after that each gets 503)."""
         if seconds is not None and self.stop_deadline is None:
             self.stop_deadline = time.monotonic() + seconds
-        self.worker.close()
+        self.jobs.close()
 
     def stop(self, timeout):
-        self.worker.stop(timeout)
+        self.batcher.stop(timeout)
 
     async def translate(self, body, disconnected=None):
         """``disconnected``: a function that makes an awaitable that ends when the client goes
@@ -82,13 +84,7 @@ class Service:
         check_work(ids, decode.beam_size, self.limits)
         parts = split_work(ids, decode.beam_size, self.batching.part_tokens)
         done = await self._ask((TRANSLATE, decode), parts, disconnected)
-        nbest = [hyps for part in done for hyps in part]
-        out = {"translations": [hyps[0][0] for hyps in nbest],
-               "scores": [round(hyps[0][1], 4) for hyps in nbest]}
-        if decode.nbest > 1:
-            out["nbest"] = [[{"text": text, "score": round(score, 4)} for text, score in hyps]
-                            for hyps in nbest]
-        return out
+        return translations([hyps for part in done for hyps in part], decode.nbest)
 
     async def attention(self, body, disconnected=None):
         decode = settings(body, self.limits, self.engine.decode_cfg, self.engine.model.cfg)
@@ -104,41 +100,35 @@ class Service:
         return (await self._ask((ATTENTION, decode), [(ids, work)], disconnected))[0]
 
     def health(self):
-        """Liveness, with the worker's counters (GET /health)."""
-        stats = dataclasses.asdict(self.worker.stats)
+        """Liveness, with the queue's counters (GET /health)."""
+        stats = dataclasses.asdict(self.jobs.stats)
         since = stats.pop("running_since")
-        return {"status": "stopping" if self.worker.stopping else "ok",
-                "queued": self.worker.queued(), **stats,
+        return {"status": "stopping" if self.jobs.stopping else "ok",
+                "queued": self.jobs.queued(), **stats,
                 "running_seconds": 0.0 if since is None else round(time.monotonic() - since, 3)}
 
     def not_ready(self):
         """Why this server should get no traffic now (GET /ready), or None."""
-        stats = self.worker.stats
-        since = stats.running_since
-        if self.worker.stopping:
+        since = self.jobs.stats.running_since
+        if self.jobs.stopping:
             return "stopping"
-        if not self.worker.alive():
-            return "the model worker is not running (see the server's log)"
-        if self.worker.queued() >= self.limits.max_queue:
+        if not self.batcher.alive():
+            return "the model thread is not running (see the server's log)"
+        if self.jobs.queued() >= self.limits.max_queue:
             return f"the queue is full ({self.limits.max_queue} requests)"
         if since is not None and time.monotonic() - since > STUCK_SECONDS:
             return f"a batch has been running for over {STUCK_SECONDS:.0f} s"
         return None
 
-    def retry_after(self):
-        """Seconds a refused client should wait: the queue's expected model time, 1 to 60."""
-        per_job = self.worker.seconds_per_job() or 1.0
-        return max(1, min(60, math.ceil(per_job * (self.worker.queued() + 1))))
-
     async def _ask(self, key, parts, disconnected=None):
-        """The worker's results of one request's parts [(payload, work)]. Busy or stopping:
+        """The model's results of one request's parts [(payload, work)]. Busy or stopping:
         503; past ``limits.request_seconds``: 504; either, or the client gone: its work is
-        dropped (`ModelWorker`: after the part running now)."""
-        retry = {"Retry-After": str(self.retry_after())}
+        dropped (after the part running now)."""
+        retry = {"Retry-After": str(self.jobs.retry_after())}
         waits = set() if disconnected is None else {asyncio.ensure_future(disconnected())}
         try:
             try:
-                future = self.worker.submit_parts(key, parts)
+                future = self.jobs.submit_parts(key, parts)
             except Busy as err:
                 raise RequestError(f"the server is busy ({err}); try again shortly", 503,
                                    retry) from None
@@ -174,6 +164,17 @@ class Service:
             return RequestError(f"the request took over {self.limits.request_seconds:g} s "
                                 f"(limits.request_seconds); send less work per request", 504)
         return None
+
+
+def translations(nbest, n):
+    """POST /translate's answer from each sentence's n-best [(text, score)], best first:
+    ``{"translations", "scores"}`` of the best, and with ``n`` > 1 ``"nbest"`` too."""
+    out = {"translations": [hyps[0][0] for hyps in nbest],
+           "scores": [round(hyps[0][1], 4) for hyps in nbest]}
+    if n > 1:
+        out["nbest"] = [[{"text": text, "score": round(score, 4)} for text, score in hyps]
+                        for hyps in nbest]
+    return out
 
 
 def split_work(ids, beam_size, part_tokens):

@@ -1,21 +1,15 @@
-"""What the commands share: their entry points, one-line errors and exit codes, typed configs
-from Hydra's DictConfig, checks of the files a command reads and writes, and the decoding setup.
-
-A command is `hydra_command` around a function of the composed config: ``mtx-<name>`` (pyproject
-[project.scripts]) and ``scripts/<name>.py`` both call the entry point it returns, from any
-working directory (the configs travel with the package: ``mtx/conf`` is the repository's
-``conf/``). Whatever goes wrong, the terminal gets one line:
+"""How a command ends when something goes wrong: one line on the terminal and an exit code.
 
 - a user error (`mtx.errors.MtxError`; a missing, unreadable or unwritable file; a bad override,
   an unknown key, a missing ``???`` value): ``error: <what and how to fix>``, exit 2;
 - Ctrl-C: ``interrupted``, exit 130;
+- a closed pipe (``... | head``): nothing more, exit 141;
 - anything else: ``error: internal error (<type>: <message>); this is a bug, please report it
   with the log (traceback in <file>)``, exit 1. The traceback goes to the command's log file
   (train.log) or, for commands without one, to a temporary file; never to the terminal.
 
-The guard inside the job catches the command's errors before Hydra sees them (Hydra would print
-an extra "Error executing job" line); the one around Hydra catches Hydra's own errors, which Hydra
-re-raises instead of printing them when HYDRA_FULL_ERROR=1 (`run` sets it).
+`one_line_errors` is the guard around a command (`mtx.commands.entry` puts it around every
+Hydra command); `OneLineParser` does the same for argparse command lines.
 """
 import argparse
 import contextlib
@@ -25,13 +19,8 @@ import os
 import sys
 import tempfile
 import traceback
-from pathlib import Path
 
-from ..config import CONF_DIR, DataConfig, DecodeConfig, ModelConfig, TrainConfig
-from ..typecheck import from_dict
-from ..datadir import register_resolver
-from ..errors import (BUG, INTERRUPTED, USER_ERROR, ConfigError, DataError, FileWriteError,
-                      MtxError)
+from ..errors import BUG, INTERRUPTED, USER_ERROR, MtxError
 
 log = logging.getLogger("mtx")
 
@@ -136,7 +125,9 @@ def _report_bug(err):
 @contextlib.contextmanager
 def one_line_errors():
     """Whatever escapes ends the program with one line on stderr and its exit code (module
-    docstring). SystemExit passes through (``--help``, a nested guard's exit)."""
+    docstring). SystemExit passes through (``--help``, a nested guard's exit). Sets
+    HYDRA_FULL_ERROR=1, so that Hydra raises its own errors (a bad override, an unknown key)
+    to this guard instead of printing them."""
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         yield
@@ -165,115 +156,3 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message):
         print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
         _exit(USER_ERROR)
-
-
-def run(main):
-    """Call a ``@hydra.main`` function so that Hydra's own errors (bad overrides, unknown keys,
-    a missing config option) are one line too: HYDRA_FULL_ERROR=1 makes Hydra raise them."""
-    with one_line_errors():
-        return main()
-
-
-def hydra_command(config_name, command):
-    """The entry point of a command: ``command(cfg)`` with conf/<config_name>.yaml and the
-    command line's overrides, every error one line (module docstring); returns its result."""
-    import hydra
-    register_resolver()
-
-    @hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")
-    def main(cfg):
-        with one_line_errors():
-            refuse_null_paths(cfg, config_name)
-            return command(cfg)
-
-    def entry():
-        return run(main)
-    entry.__doc__ = command.__doc__
-    return entry
-
-
-def refuse_null_paths(cfg, config_name):
-    """A key the command cannot do without (``???`` in conf/<config_name>.yaml) or the data
-    directory, set to null on the command line, is one line (not a crash deep in the command)."""
-    from omegaconf import OmegaConf
-    defaults = OmegaConf.load(CONF_DIR / f"{config_name}.yaml")
-    for key in defaults:
-        required = OmegaConf.is_missing(defaults, key) or key == "data_dir"
-        if required and not OmegaConf.is_missing(cfg, key) and cfg[key] is None:
-            fix = ("leave it out for the default" if key == "data_dir"
-                   else f"see conf/{config_name}.yaml")
-            raise ConfigError(f"{key}=null: {config_name} needs {key}=<a path>; {fix}")
-
-
-def typed(cfg, section):
-    """A DictConfig section -> its dataclass (ModelConfig, DataConfig, ...)."""
-    from omegaconf import OmegaConf
-    classes = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
-               "decode": DecodeConfig}
-    values = OmegaConf.to_container(cfg[section], resolve=True)
-    if section == "data" and values.get("raw_dir"):
-        values["raw_dir"] = os.path.abspath(values["raw_dir"])
-    return from_dict(classes[section], values, section)
-
-
-def readable_file(path, key):
-    """Check that ``key=path`` names a file that can be read, before any work; returns it."""
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as err:
-        raise DataError(f"{key}={path}: {err.strerror or err}; give an existing, readable "
-                        f"file") from None
-    return Path(path)
-
-
-def writable_file(path, key):
-    """Check that ``key=path`` can be written (without touching it), before any work."""
-    path = Path(path)
-    parent = path.parent
-    if path.is_dir():
-        problem = "is a directory"
-    elif not parent.is_dir():
-        problem = f"the directory {parent} does not exist"
-    elif not os.access(parent, os.W_OK | os.X_OK) or (path.exists()
-                                                      and not os.access(path, os.W_OK)):
-        problem = f"{path if path.exists() else 'the directory ' + str(parent)} is not writable"
-    else:
-        return path
-    raise FileWriteError(f"{key}={path}: {problem}; give a file in an existing, writable "
-                         f"directory")
-
-
-def writable_out_dir(cfg, name):
-    """Where evaluate/heads write: ``out_dir=``, else <run>/<name>; created and checked before
-    any work (a run directory can be read-only, e.g. a shared copy)."""
-    path = Path(cfg.out_dir) if cfg.get("out_dir") else Path(cfg.ckpt) / name
-    if path.exists() and not path.is_dir():
-        key = "out_dir=" if cfg.get("out_dir") else ""
-        raise FileWriteError(f"{key}{path} is a file; give a directory as out_dir=")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        problem = None if os.access(path, os.W_OK | os.X_OK) else "Permission denied"
-    except OSError as err:
-        problem = err.strerror
-    if problem is None:
-        return path
-    where = "the output directory" if cfg.get("out_dir") else "the run directory"
-    raise FileWriteError(f"cannot write into {path} ({problem}): {where} is not writable; pass "
-                         f"out_dir=<a writable directory>, or copy the run somewhere writable")
-
-
-def decoding_options(cfg):
-    """decode.* as a DecodeConfig and ``device=`` as a context: cheap checks that translate,
-    evaluate and serve make before anything loads."""
-    from ..devices import resolve_device
-    return typed(cfg, "decode"), resolve_device(cfg.device)
-
-
-def load_decoder(cfg, ctx):
-    """(hybridized model, tokenizer, the run's DataConfig) of the run directory ``cfg.ckpt``
-    (checkpoint ``cfg.checkpoint``) on ``ctx``."""
-    from ..rundir import load_run
-    model, tokenizer, data_cfg = load_run(cfg.ckpt, ctx, cfg.checkpoint)
-    model.hybridize(static_alloc=True)
-    return model, tokenizer, data_cfg

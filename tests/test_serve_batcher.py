@@ -1,11 +1,12 @@
-"""The model worker of mtx-serve (mtx/serving/worker.py) with a stand-in for the model: which
-jobs share a batch, bounded batches, failures, stopping. No MXNet, no timing thresholds: a batch
-is held open with an event, so what arrives meanwhile is known."""
+"""The model thread of mtx-serve (mtx/serving/batcher.py, jobs.py) with a stand-in for the
+model: which jobs share a batch, bounded batches, failures, stopping. No MXNet, no timing
+thresholds: a batch is held open with an event, so what arrives meanwhile is known."""
 import threading
 
 import pytest
 
-from mtx.serving.worker import Abandoned, Busy, ModelWorker, Stopping
+from mtx.serving.batcher import Batcher
+from mtx.serving.jobs import Abandoned, Busy, JobQueue, Stopping
 
 TIMEOUT = 30  # seconds; only reached if a test is broken
 
@@ -28,15 +29,16 @@ class Model:
         return [2 * p for p in payloads]
 
 
-def worker(model, max_batch_tokens=100, max_queue=100, max_wait=0.0):
-    return ModelWorker(model, max_wait=max_wait, max_batch_tokens=max_batch_tokens,
-                       max_queue=max_queue).start()
+def batcher(model, max_batch_tokens=100, max_queue=100, max_wait=0.0, max_queue_tokens=None):
+    """A started Batcher of ``model``; its queue is ``.jobs``."""
+    return Batcher(JobQueue(max_queue, max_queue_tokens), model, max_wait=max_wait,
+                   max_batch_tokens=max_batch_tokens).start()
 
 
-def while_busy(model, w, submit_more):
+def while_busy(model, b, submit_more):
     """Submit one job, hold the model inside it, submit ``submit_more()``'s jobs, release."""
     model.hold.clear()
-    first = w.submit("k", 1, 1)
+    first = b.jobs.submit("k", 1, 1)
     assert model.busy.wait(TIMEOUT)
     more = submit_more()
     model.hold.set()
@@ -45,152 +47,152 @@ def while_busy(model, w, submit_more):
 
 def test_jobs_that_arrive_while_the_model_is_busy_share_one_batch():
     model = Model()
-    w = worker(model)
-    first, more = while_busy(model, w, lambda: [w.submit("k", p, 1) for p in (2, 3, 4)])
+    b = batcher(model)
+    first, more = while_busy(model, b, lambda: [b.jobs.submit("k", p, 1) for p in (2, 3, 4)])
     assert [f.result(TIMEOUT) for f in [first, *more]] == [2, 4, 6, 8]
     assert model.calls == [("k", [1]), ("k", [2, 3, 4])]
-    assert (w.stats.batches, w.stats.jobs, w.stats.largest_batch) == (2, 4, 3)
-    w.stop(TIMEOUT)
+    assert (b.jobs.stats.batches, b.jobs.stats.jobs, b.jobs.stats.largest_batch) == (2, 4, 3)
+    b.stop(TIMEOUT)
 
 
 def test_different_settings_are_separate_calls_and_every_job_gets_its_own_result():
     model = Model()
-    w = worker(model)
+    b = batcher(model)
     keys = ["greedy", "beam", "greedy", "beam", "gated"]
-    _, more = while_busy(model, w, lambda: [w.submit(k, i, 1) for i, k in enumerate(keys)])
+    _, more = while_busy(model, b, lambda: [b.jobs.submit(k, i, 1) for i, k in enumerate(keys)])
     assert [f.result(TIMEOUT) for f in more] == [0, 2, 4, 6, 8]
     assert model.calls[1:] == [("greedy", [0, 2]), ("beam", [1, 3]), ("gated", [4])]
-    w.stop(TIMEOUT)
+    b.stop(TIMEOUT)
 
 
 def test_a_batch_stays_within_max_batch_tokens():
     model = Model()
-    w = worker(model, max_batch_tokens=7)
-    _, more = while_busy(model, w, lambda: [w.submit("k", p, 3) for p in (2, 3, 4, 5, 6)])
+    b = batcher(model, max_batch_tokens=7)
+    _, more = while_busy(model, b, lambda: [b.jobs.submit("k", p, 3) for p in (2, 3, 4, 5, 6)])
     assert [f.result(TIMEOUT) for f in more] == [4, 6, 8, 10, 12]
     assert [payloads for _, payloads in model.calls] == [[1], [2, 3], [4, 5], [6]]
-    w.stop(TIMEOUT)
+    b.stop(TIMEOUT)
 
 
-def test_a_failing_batch_answers_its_jobs_with_the_error_and_the_worker_goes_on():
+def test_a_failing_batch_answers_its_jobs_with_the_error_and_the_thread_goes_on():
     model = Model(fail_on="bad")
-    w = worker(model)
-    _, (bad, good) = while_busy(model, w, lambda: [w.submit("bad", 5, 1), w.submit("k", 6, 1)])
+    b = batcher(model)
+    _, (bad, good) = while_busy(model, b, lambda: [b.jobs.submit("bad", 5, 1),
+                                                   b.jobs.submit("k", 6, 1)])
     with pytest.raises(RuntimeError, match="the model broke"):
         bad.result(TIMEOUT)
     assert good.result(TIMEOUT) == 12
-    assert w.submit("k", 7, 1).result(TIMEOUT) == 14
-    assert w.stats.failed == 1
-    w.stop(TIMEOUT)
+    assert b.jobs.submit("k", 7, 1).result(TIMEOUT) == 14
+    assert b.jobs.stats.failed == 1
+    b.stop(TIMEOUT)
 
 
 def test_stop_answers_what_is_queued_and_refuses_what_comes_after():
     model = Model()
-    w = worker(model)
+    b = batcher(model)
 
     def queue_two_then_close():
-        queued = [w.submit("k", p, 1) for p in (2, 3)]
-        w.close()
+        queued = [b.jobs.submit("k", p, 1) for p in (2, 3)]
+        b.jobs.close()
         return queued
-    first, queued = while_busy(model, w, queue_two_then_close)
-    assert w.stopping
+    first, queued = while_busy(model, b, queue_two_then_close)
+    assert b.jobs.stopping
     with pytest.raises(Stopping):
-        w.submit("k", 9, 1)
-    w.stop(TIMEOUT)
+        b.jobs.submit("k", 9, 1)
+    b.stop(TIMEOUT)
     assert [f.result(TIMEOUT) for f in [first, *queued]] == [2, 4, 6]
 
 
-def test_a_stop_that_timed_out_in_a_batch_still_lets_the_worker_end_after_it():
+def test_a_stop_that_timed_out_in_a_batch_still_lets_the_thread_end_after_it():
     """The first stop's wait ends inside a long batch (what is queued is refused); when that
     batch ends the thread ends too, so the second stop (the server's last) returns then."""
     model = Model()
-    w = worker(model)
+    b = batcher(model)
     model.hold.clear()
-    running = w.submit("k", 1, 1)
+    running = b.jobs.submit("k", 1, 1)
     assert model.busy.wait(TIMEOUT)
-    queued = w.submit("k", 2, 1)
-    w.stop(0.01)
+    queued = b.jobs.submit("k", 2, 1)
+    b.stop(0.01)
     with pytest.raises(Stopping):
         queued.result(TIMEOUT)
     model.hold.set()
     assert running.result(TIMEOUT) == 2
-    w.stop(TIMEOUT)
-    assert not w._thread.is_alive()
+    b.stop(TIMEOUT)
+    assert not b.alive()
 
 
 def test_a_full_queue_is_busy():
     model = Model()
-    w = worker(model, max_queue=2)
+    b = batcher(model, max_queue=2)
 
     def submit_until_full():
-        queued = [w.submit("k", 2, 1), w.submit("k", 3, 1)]
+        queued = [b.jobs.submit("k", 2, 1), b.jobs.submit("k", 3, 1)]
         with pytest.raises(Busy, match="2 requests"):
-            w.submit("k", 4, 1)
+            b.jobs.submit("k", 4, 1)
         return queued
-    _, queued = while_busy(model, w, submit_until_full)
+    _, queued = while_busy(model, b, submit_until_full)
     assert [f.result(TIMEOUT) for f in queued] == [4, 6]
-    w.stop(TIMEOUT)
+    b.stop(TIMEOUT)
 
 
 def test_a_cancelled_request_is_skipped():
     model = Model()
-    w = worker(model)
+    b = batcher(model)
 
     def submit_and_cancel():
-        gone, kept = w.submit("k", 2, 1), w.submit("k", 3, 1)
+        gone, kept = b.jobs.submit("k", 2, 1), b.jobs.submit("k", 3, 1)
         assert gone.cancel()
         return [kept]
-    _, (kept,) = while_busy(model, w, submit_and_cancel)
+    _, (kept,) = while_busy(model, b, submit_and_cancel)
     assert kept.result(TIMEOUT) == 6
     assert model.calls[1] == ("k", [3])
-    w.stop(TIMEOUT)
+    b.stop(TIMEOUT)
 
 
 def test_start_raises_what_the_warm_up_raised():
     def broken_warm_up():
         raise OSError("no model")
     with pytest.raises(OSError, match="no model"):
-        ModelWorker(Model(), 0.0, 10, 10, on_start=broken_warm_up).start()
+        Batcher(JobQueue(10), Model(), 0.0, 10, on_start=broken_warm_up).start()
 
 
 def test_a_request_of_many_parts_takes_turns_with_later_ones():
     """A four-part job queued before a one-part one: the one-part job runs in the second batch
     (beside the heavy job's second part), not after all four parts."""
     model = Model()
-    w = worker(model, max_batch_tokens=10)
-    _, (heavy, light) = while_busy(model, w, lambda: [
-        w.submit_parts("k", [(10, 4), (20, 4), (30, 4), (40, 4)]), w.submit("k", 5, 4)])
+    b = batcher(model, max_batch_tokens=10)
+    _, (heavy, light) = while_busy(model, b, lambda: [
+        b.jobs.submit_parts("k", [(10, 4), (20, 4), (30, 4), (40, 4)]), b.jobs.submit("k", 5, 4)])
     assert heavy.result(TIMEOUT) == [20, 40, 60, 80] and light.result(TIMEOUT) == 10
     assert [payloads for _, payloads in model.calls] == [[1], [10, 5], [20], [30], [40]]
 
 
 def test_an_abandoned_job_runs_no_more_parts():
     model = Model()
-    w = worker(model)
+    b = batcher(model)
     model.hold.clear()
-    heavy = w.submit_parts("k", [(10, 1), (20, 1), (30, 1)])
+    heavy = b.jobs.submit_parts("k", [(10, 1), (20, 1), (30, 1)])
     assert model.busy.wait(TIMEOUT)  # inside its first part
     heavy.abandon()
     model.hold.set()
     with pytest.raises(Abandoned):
         heavy.result(TIMEOUT)
-    assert w.submit("k", 7, 1).result(TIMEOUT) == 14
+    assert b.jobs.submit("k", 7, 1).result(TIMEOUT) == 14
     assert [payloads for _, payloads in model.calls] == [[10], [7]]
-    assert w.stats.abandoned == 1 and w.queued_tokens() == 0
-    w.stop(TIMEOUT)
+    assert b.jobs.stats.abandoned == 1 and b.jobs.queued_tokens() == 0
+    b.stop(TIMEOUT)
 
 
 def test_the_queue_counts_work_not_only_requests():
     model = Model()
-    w = ModelWorker(model, max_wait=0.0, max_batch_tokens=100, max_queue=100,
-                    max_queue_tokens=10).start()
+    b = batcher(model, max_queue_tokens=10)
 
     def submit_until_full():
-        queued = [w.submit("k", 2, 6)]  # 1 running + 6 waiting = 7 of 10
+        queued = [b.jobs.submit("k", 2, 6)]  # 1 running + 6 waiting = 7 of 10
         with pytest.raises(Busy, match="7 subwords x beam of work are waiting already"):
-            w.submit("k", 3, 4)
+            b.jobs.submit("k", 3, 4)
         return queued
-    _, queued = while_busy(model, w, submit_until_full)
+    _, queued = while_busy(model, b, submit_until_full)
     assert [f.result(TIMEOUT) for f in queued] == [4]
-    assert w.queued_tokens() == 0
-    w.stop(TIMEOUT)
+    assert b.jobs.queued_tokens() == 0
+    b.stop(TIMEOUT)

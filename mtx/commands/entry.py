@@ -1,0 +1,64 @@
+"""The entry point of a command, and the composed config turned into typed settings.
+
+A command is `hydra_command` around a function of the composed config: ``mtx-<name>`` (pyproject
+[project.scripts]) and ``scripts/<name>.py`` both call the entry point it returns, from any
+working directory (the configs travel with the package: ``mtx/conf`` is the repository's
+``conf/``). Whatever goes wrong ends as one line and an exit code (`mtx.commands.exits`): the
+guard inside the job catches the command's errors before Hydra sees them (Hydra would print an
+extra "Error executing job" line); the one around Hydra catches Hydra's own errors, which Hydra
+raises instead of printing them under HYDRA_FULL_ERROR=1 (which the guard sets).
+
+Only commands see a DictConfig: `typed` turns a section into its dataclass once, so an unknown
+key or a value of the wrong type fails before any work.
+"""
+import os
+
+from ..config import CONF_DIR, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from ..typecheck import from_dict
+from ..datadir import register_resolver
+from .exits import one_line_errors
+from .paths import refuse_null_paths
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
+            "decode": DecodeConfig}
+
+
+def run(main):
+    """Call a ``@hydra.main`` function so that Hydra's own errors (bad overrides, unknown keys,
+    a missing config option) are one line too."""
+    with one_line_errors():
+        return main()
+
+
+def hydra_command(config_name, command):
+    """The entry point of a command: ``command(cfg)`` with conf/<config_name>.yaml and the
+    command line's overrides, every error one line (module docstring); returns its result."""
+    import hydra
+    register_resolver()
+
+    @hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")
+    def main(cfg):
+        with one_line_errors():
+            refuse_null_paths(cfg, config_name)
+            return command(cfg)
+
+    def entry():
+        return run(main)
+    entry.__doc__ = command.__doc__
+    return entry
+
+
+def typed(cfg, section):
+    """A DictConfig section -> its dataclass (ModelConfig, DataConfig, ...)."""
+    from omegaconf import OmegaConf
+    values = OmegaConf.to_container(cfg[section], resolve=True)
+    if section == "data" and values.get("raw_dir"):
+        values["raw_dir"] = os.path.abspath(values["raw_dir"])
+    return from_dict(SECTIONS[section], values, section)
+
+
+def decoding_options(cfg):
+    """decode.* as a DecodeConfig and ``device=`` as a context: cheap checks that translate,
+    evaluate, heads and serve make before anything loads."""
+    from ..devices import resolve_device
+    return typed(cfg, "decode"), resolve_device(cfg.device)
