@@ -2,13 +2,12 @@
 
 `Linear` and the output projection cast input, weight and bias to the compute dtype around the
 product and the product back to float32; parameters, optimizer state, LayerNorm, softmax and the
-loss stay float32. MXNet knows bfloat16 only as the dtype ``mxnet.contrib.amp.amp.bfloat16`` (the
-string 'bfloat16' fails). Its speed against float32 differs between CPUs with the same flags
-(docs/performance.md), so ``train.precision=auto`` times the products (`probe_matmul_speed`).
-oneDNN 2.x builds bfloat16 products only from avx512_core up, and not under a cap such as
-``DNNL_MAX_CPU_ISA=AVX2``; a failed MXNet operator is raised again at a later synchronisation of
-the same process, so no process runs a bfloat16 product before a child has shown that it works
-(`bfloat16_unavailable`). float16 is for GPUs (cuDNN only), with dynamic loss scaling.
+loss stay float32. MXNet knows bfloat16 only as the dtype ``mxnet.contrib.amp.amp.bfloat16``.
+Its speed against float32 differs between CPUs with the same flags (docs/performance.md), so
+``train.precision=auto`` times the products. oneDNN 2.x builds bfloat16 products only from
+avx512_core up and not under a cap such as ``DNNL_MAX_CPU_ISA=AVX2``, and a failed MXNet operator
+is raised again at a later synchronisation of the same process: no process runs one before a
+child has shown that it works (`bfloat16_unavailable`). float16 is for GPUs (cuDNN only).
 """
 import contextlib
 import json
@@ -32,8 +31,7 @@ from .ops import legacy
 
 log = logging.getLogger(__name__)
 
-# (tokens, in, out): the default model's FFN layers and 8000-way output projection at 2048 tokens
-PROBE_SHAPES = ((2048, 256, 1024), (2048, 1024, 256), (2048, 256, 8000))
+PROBE_SHAPES = ((2048, 256, 1024), (2048, 1024, 256), (2048, 256, 8000))  # small.yaml FFN, output
 PROBE_ROUNDS = 7  # interleaved float32/bfloat16 rounds (throughput drifts by ±15% within a minute)
 PROBE_SECONDS = 2.0  # fewer rounds (at least 3) where they take longer: a busy or slow CPU
 # bfloat16 from this speed-up: between the kinds of machine measured (AMD EPYC 1.22-1.53x, Intel
@@ -66,13 +64,11 @@ class Linear(nn.Dense):
 
 
 def set_precision(model, precision):
-    """Run every `Linear` and the output projection of ``model`` in ``precision``. Call before
-    the first forward of a hybridized model (the graph is traced with it)."""
+    """Every `Linear` of ``model`` in ``precision``; before a hybridized model's first forward."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision}: choose one of {', '.join(PRECISIONS)}")
     if precision == "bfloat16":
         require_bfloat16("bfloat16 matrix products")
-
     model.apply(lambda block: setattr(block, "compute_dtype", precision)
                 if hasattr(type(block), "compute_dtype") else None)
     return model
@@ -81,9 +77,8 @@ def set_precision(model, precision):
 def probe_matmul_speed(ctx, shapes=PROBE_SHAPES, rounds=PROBE_ROUNDS, max_seconds=PROBE_SECONDS,
                        dtypes=("float32", "bfloat16"), backward=False):
     """{dtype: GFLOP/s} of `fully_connected` (casts included) over ``shapes`` (tokens, in, out)
-    on ``ctx``, forward only or, with ``backward``, forward and both gradients (3x the FLOPs):
-    one warm-up, then the median of ``rounds`` interleaved rounds (at least 3, no new one after
-    ``max_seconds``). Run bfloat16 only where a child ran it (`bfloat16_unavailable`)."""
+    on ``ctx``, forward (or with ``backward`` forward and both gradients): the median of ``rounds``
+    interleaved rounds after a warm-up (at least 3 rounds, none begun after ``max_seconds``)."""
     import mxnet as mx
     rng = onp.random.RandomState(0)
     arrays = [[mx.np.array(rng.uniform(-1, 1, size), dtype="float32", ctx=ctx)
@@ -122,24 +117,22 @@ def cpu_lacks_bfloat16(flags=None):
 
 
 def child_probe(measure):
-    """Run bfloat16 products in a child process (with this process's oneDNN cap) -> {"ok": True}
-    (with ``measure`` also `probe_matmul_speed`'s {dtype: GFLOP/s}) or {"error": one line}; once
-    per process for each kind of probe and cap."""
+    """bfloat16 products in a child (this process's oneDNN cap) -> {"ok": True, with ``measure``
+    {dtype: GFLOP/s} too} or {"error": one line}; once per process, kind of probe and cap."""
     cap = isa_cap()
     key = ("speed" if measure else "works", cap)
     if key not in _child_results:
-        package_root = str(Path(__file__).resolve().parents[1])  # this mtx, installed or not
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-            package_root, os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(  # this mtx
+            __file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
         try:
             done = subprocess.run([sys.executable, "-c", f"from mtx.precision import probe_here; "
                                    f"probe_here({bool(measure)})"], capture_output=True,
                                   text=True, timeout=CHILD_SECONDS, env=env)
             result = json.loads(done.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
-            stderr = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-            result = {"error": stderr[-1][:200] if stderr else
-                      f"the probe exited with status {done.returncode}"}
+            stderr = done.stderr.strip().splitlines() or [f"the probe exited with status "
+                                                          f"{done.returncode}"]
+            result = {"error": stderr[-1].strip()[:200]}
         except (OSError, subprocess.SubprocessError) as err:
             result = {"error": f"the probe did not run ({type(err).__name__}: {err})"}
         _child_results[key] = result
@@ -163,13 +156,10 @@ def probe_here(measure):
 
 
 def bfloat16_unavailable():
-    """None when bfloat16 products run on this CPU (under this process's oneDNN cap, if any);
-    otherwise why not, as one clause. By the CPU's flags first, then a product in a child."""
+    """Why bfloat16 products cannot run here (CPU flags, then a child under this cap), or None."""
     reason = cpu_lacks_bfloat16()
-    if reason is None:
-        error = child_probe(measure=False).get("error")
-        reason = error and failed_here(error)
-    return reason
+    error = reason is None and child_probe(measure=False).get("error")
+    return reason or (failed_here(error) if error else None)
 
 
 def failed_here(error):
@@ -198,9 +188,8 @@ def check_device(precision, ctxs):
 
 
 def choose_precision(requested, ctxs, recorded=None):
-    """The matrix-multiply precision to train in, for the log and report.json: ``used``,
-    ``requested``, ``reason`` and, when measured, ``probe``. ``recorded``: what a resumed run
-    started with. ``auto``: float32 on a GPU, on CPUs `probe_choice`."""
+    """The matrix-multiply precision to train in: {used, requested, reason, probe when measured}
+    for the log and report.json; ``recorded``: what a resumed run started with."""
     if recorded is not None:
         return resumed_precision(requested, ctxs, recorded)
     check_device(requested, ctxs)
@@ -216,8 +205,7 @@ def choose_precision(requested, ctxs, recorded=None):
 
 
 def resumed_precision(requested, ctxs, recorded):
-    """A resumed run keeps the precision it started in (``recorded``); a bfloat16 run resumed
-    where bfloat16 cannot run continues in float32 when train.precision=float32 says so."""
+    """A resumed run keeps its precision (``recorded``), or goes on in float32 if told so."""
     used = recorded["used"]
     unavailable = bfloat16_unavailable() if used == "bfloat16" else None
     if unavailable and requested == "float32":
@@ -243,8 +231,7 @@ def resumed_precision(requested, ctxs, recorded):
 
 
 def probe_choice():
-    """``auto`` on a CPU: bfloat16 when its products (timed in a child, `child_probe`) run
-    `BF16_MIN_SPEEDUP` times as fast as float32 -> {used, reason, probe}."""
+    """``auto`` on a CPU: bfloat16 when its products (timed in a child) run BF16_MIN_SPEEDUP x."""
     start = time.perf_counter()
     reason = cpu_lacks_bfloat16()
     if reason:

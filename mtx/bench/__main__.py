@@ -5,6 +5,7 @@
                     [--batches bucket[,packed]] [--isa native[,AVX2]]
     mtx-bench decode --impl IMPL[,IMPL...] [--steps 64] [--max-sentences N]
     mtx-bench decode --run RUN_DIR [--impl mtx,mtx-bf16,ct2-float32,ct2-int8]
+    mtx-bench profile --impl IMPL[,IMPL...] [--steps 20] [--batches bucket|packed]
     mtx-bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5] [--abuse]
 
 Every implementation gets conf/model/small.yaml (--model) with untied embeddings and the corpus's
@@ -93,6 +94,13 @@ def run_decode(args):
     return report, tabled(report, "decode")
 
 
+def run_profile(args):
+    if len(listed(args.batches, "--batches", BATCHINGS)) > 1:
+        raise ConfigError(f"--batches {args.batches}: profile measures one batching")
+    report = measured("profile", args, impl_names(args, TRAIN_IMPLS))
+    return report, tabled(report, "profile", tables.profile_table)
+
+
 def run_all(args):
     report, text = run_train(args, ",".join(TRAIN_IMPLS))
     names = list(dict.fromkeys(label.split(" (")[0] for label in report["train"]))
@@ -138,7 +146,8 @@ OPTIONS = {
                     "(gluonnlp's sampler, as mtx trains), packed (length-sorted, as fairseq)"),
     "isa": dict(default=NATIVE, help=f"oneDNN caps, comma-separated: {NATIVE} (none) or "
                                      f"{', '.join(ONEDNN_ISAS)}"),
-    "steps": dict(type=number(int, 1), default=64, help="forced greedy decoding steps"),
+    "steps": dict(type=number(int, 1), help="decode: forced greedy steps (64); profile: "
+                                            "profiled steps (20)"),
     "max-sentences": dict(type=number(int, 1), help="only the first N test sentences"),
     "run": dict(help="a trained run directory"),
     "clients": dict(default="1,4,16", help="concurrent clients, one row each"),
@@ -151,6 +160,8 @@ COMMANDS = {"all": (run_all, "training and decoding side by side (the default)",
             "train": (run_train, "training throughput", TRAINING),
             "decode": (run_decode, "greedy decoding speed; --run: a trained run translated by "
                        "mtx and CTranslate2", "impl model data steps max-sentences run"),
+            "profile": (run_profile, "MXNet's profiler: ms per operator of a training step",
+                        "impl model data steps warmup-steps batches"),
             "serve": (run_serve, "mtx-serve under concurrent clients (docs/serving.md)",
                       "run clients seconds beam max-sentences abuse")}
 
@@ -169,8 +180,10 @@ def main(argv=None):
         for option in options.split():
             sub.add_argument(f"--{option}", **OPTIONS[option])
     args = parser.parse_args(argv)
-    if getattr(args, "seconds", 0) is None:
-        args.seconds = 20.0 if args.command == "serve" else 60.0
+    for key, default in (("steps", 20 if args.command == "profile" else 64),
+                         ("seconds", 20.0 if args.command == "serve" else 60.0)):
+        if getattr(args, key, default) is None:
+            setattr(args, key, default)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     with one_line_errors():
         if args.command == "serve" and not args.run:

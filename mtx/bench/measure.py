@@ -8,13 +8,17 @@
 
 Training: target tokens/s of consecutive steps on the common batches after the warm-up steps,
 the median over windows of at least WINDOW_SECONDS; model FLOP/s (`flops`) against the GEMM
-peaks measured in the same process (the MFU denominators).
+peaks measured in the same process (the MFU denominators). Profile: MXNet's profiler over
+training steps, ms per operator a step.
 """
 import dataclasses
 import itertools
+import json
 import os
 import resource
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as onp
 
@@ -33,6 +37,7 @@ DECODE_IMPLS = (*TRAIN_IMPLS, *CT2)
 RUN_IMPLS = ("mtx", "mtx-bf16", "ct2-float32", "ct2-int8")  # `decode --run`'s default
 WINDOW_SECONDS = 10.0   # training throughput: the median over windows this long
 GEMM_SIZE = 2048        # the peaks: a GEMM_SIZE^3 FullyConnected
+PROFILE_MIN_MS = 1.0    # operators under this many ms a step are left out
 
 
 def describe():
@@ -51,7 +56,7 @@ def describe():
 
 
 def measure(kind, name, args):
-    """Implementation ``name``'s measurement ``kind`` (train, decode) -> its report:
+    """Implementation ``name``'s measurement ``kind`` (train, decode, profile) -> its report:
     the machine, the model config and {kind: {name: result}}."""
     from .decoding import measure_decode, measure_run_decode
     if name in CT2 and not (kind == "decode" and args.run):
@@ -60,8 +65,8 @@ def measure(kind, name, args):
         from ..devices import use_numpy_interface
         use_numpy_interface()
     run = measure_run_decode if kind == "decode" and args.run else None
-    result, model_cfg = (run or {"train": measure_train, "decode": measure_decode}[kind])(
-        name, args)
+    result, model_cfg = (run or {"train": measure_train, "decode": measure_decode,
+                                 "profile": measure_profile}[kind])(name, args)
     result.update(precision=CT2[name][0] if name in CT2 else MTX_PRECISIONS.get(name, "float32"),
                   peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
     if name in MTX_PRECISIONS:
@@ -130,3 +135,28 @@ def gemm_peaks():
     speed = probe_matmul_speed(mx.cpu(), [(GEMM_SIZE,) * 3], dtypes=dtypes)
     return {"gemm_peak_gflop_s": round(speed["float32"], 1),
             "gemm_peak_bf16_gflop_s": round(speed["bfloat16"], 1) if "bfloat16" in speed else None}
+
+
+def measure_profile(name, args):
+    """MXNet's profiler (aggregate stats) over --steps training steps after --warmup-steps ->
+    {"wall_ms", "operators_ms": {operator: ms}} a step, largest first."""
+    import mxnet as mx
+    corpus, model_cfg, data_cfg = inputs.load(args.model, args.data)
+    batches = itertools.cycle(inputs.train_batches(corpus, data_cfg, args.batches))
+    step = training_step(name, model_cfg)
+    for batch in itertools.islice(batches, args.warmup_steps):
+        float(step(batch).asnumpy())
+    with tempfile.TemporaryDirectory(prefix="mtx-bench-profile-") as tmp:
+        mx.profiler.set_config(profile_all=True, aggregate_stats=True,
+                               filename=str(Path(tmp) / "profile.json"))
+        mx.profiler.set_state("run")
+        tic = time.perf_counter()
+        for batch in itertools.islice(batches, args.steps):
+            float(step(batch).asnumpy())
+        seconds = time.perf_counter() - tic
+        mx.profiler.set_state("stop")
+        operators = json.loads(mx.profiler.dumps(format="json"))["Time"]["operator"]
+        mx.profiler.dumps(reset=True)
+    ms = sorted(((op, s["Total"] / args.steps) for op, s in operators.items()), key=lambda x: -x[1])
+    return {"wall_ms": round(1000 * seconds / args.steps, 1), "operators_ms": {
+        op: round(v, 1) for op, v in ms if v >= PROFILE_MIN_MS}}, model_cfg

@@ -20,7 +20,8 @@ from . import revisions
 
 NATIVE = "native"  # --isa: oneDNN uncapped; the others are DNNL_MAX_CPU_ISA values
 CHILD_OPTIONS = {"train": ("model", "data", "seconds", "warmup_steps", "batches"),
-                 "decode": ("model", "data", "steps", "max_sentences", "run")}
+                 "decode": ("model", "data", "steps", "max_sentences", "run"),
+                 "profile": ("model", "data", "steps", "warmup_steps", "batches")}
 log = logging.getLogger("mtx.bench")
 
 

@@ -76,7 +76,8 @@ def row(answers, seconds):
 
 def under_load(url, sentences, beam, clients, seconds):
     """``clients`` concurrent keep-alive clients for ``seconds`` -> their row."""
-    before, counter, deadline = request(url, "/health")[1], iter(range(10 ** 9)), time.time() + seconds
+    before, counter = request(url, "/health")[1], iter(range(10 ** 9))  # sentences in turn
+    deadline = time.time() + seconds
 
     def client():
         parts, answers = urlparse(url), []

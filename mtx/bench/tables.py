@@ -29,6 +29,16 @@ def results_table(results):
                                              for name, r in results.items()])
 
 
+def profile_table(results):
+    """Operator rows, implementation columns: ms per step."""
+    ops = dict.fromkeys(op for r in results.values() for op in r.get("operators_ms", {}))
+    rows = [["**whole step (wall, under the profiler)**",
+             *(r.get("wall_ms", r.get("error", "-")) for r in results.values())]]
+    rows += [[op, *(r.get("operators_ms", {}).get(op, "-") for r in results.values())]
+             for op in ops]
+    return table(["ms per step", *results], rows)
+
+
 def rounds_table(report):
     """Interleaved training rounds: the GEMM peaks, each label's median tok/s, MFU against its
     cap's float32 and bfloat16 peaks and its step's products alone, then the paired ratios."""
