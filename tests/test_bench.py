@@ -101,9 +101,10 @@ def test_batchings_and_revisions_are_paired_like_implementations(monkeypatch, ca
 
 @pytest.mark.slow
 def test_train_and_decode_on_the_toy_task(tmp_path, monkeypatch, capsys):
-    """`train` and `decode` of one implementation in this process write the report they are told
-    to, print its table, and write nothing else."""
+    """`train`, `decode` and `profile` of one implementation in this process write the report
+    they are told to, print their tables, and write nothing else."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MTX_DATA_DIR", str(tmp_path / "cache"))  # toy data needs none
     out = tmp_path / "out" / "train.json"
     main(["train", "--impl", "mtx", "--model", "tiny", "--data", "toy", "--seconds", "0.5",
           "--warmup-steps", "2", "--out", str(out)])
@@ -122,6 +123,11 @@ def test_train_and_decode_on_the_toy_task(tmp_path, monkeypatch, capsys):
     decoded = json.loads((tmp_path / "out" / "decode.json").read_text())["decode"]["mtx"]
     assert decoded["sent_s"] > 0 and decoded["seconds"] > 0
     assert "| mtx | " in capsys.readouterr().out
+    main(["profile", "--impl", "mtx", "--model", "tiny", "--data", "toy", "--steps", "3",
+          "--warmup-steps", "1"])
+    printed = capsys.readouterr().out
+    assert "| **whole step (wall, under the profiler)** | " in printed
+    assert "| FullyConnected | " in printed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
