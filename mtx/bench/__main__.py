@@ -12,7 +12,7 @@ Every implementation gets conf/model/small.yaml (--model) with untied embeddings
 vocabulary, conf/data/multi30k_en_de.yaml (--data), the same ~4096-token batches, float32
 (mtx-bf16: bfloat16 products) and OMP_NUM_THREADS threads. One implementation is measured in
 this process, several each in a process of its own; training then runs in interleaved rounds
-with paired ratios (`rounds`). ``mtx@REV`` is mtx at git revision REV. `all`: training, decoding
+with paired ratios (`rounds`). ``IMPL@REV`` is IMPL at git revision REV. `all`: training, decoding
 and, with --run, mtx translating a trained run. Tables go to stdout, the report to --out.
 """
 import argparse
@@ -50,9 +50,9 @@ def impl_names(args, known, default=None):
     names = [n for n in (args.impl or default).split(",") if n]
     for name in names or [""]:
         impl, at, revision = name.partition("@")
-        if impl not in known or (at and not (revision and impl.startswith("mtx"))):
+        if impl not in known or (at and not revision):
             raise ConfigError(f"--impl {name}: unknown implementation; choose from "
-                              f"{', '.join(known)} (mtx ones also as IMPL@GIT_REVISION)")
+                              f"{', '.join(known)} (each also as IMPL@GIT_REVISION)")
         if revision:
             revisions.checkout(revision)  # a wrong revision fails now, not after the others
     reason = any(n.startswith("mtx-bf16") for n in names) and bfloat16_unavailable()
@@ -135,7 +135,7 @@ def number(kind, low):
 
 OPTIONS = {
     "impl": dict(help=f"comma-separated: {', '.join(TRAIN_IMPLS)}, with decode --run also "
-                      f"{', '.join(DECODE_IMPLS[len(TRAIN_IMPLS):])} (mtx ones also as mtx@REV)"),
+                      f"{', '.join(DECODE_IMPLS[len(TRAIN_IMPLS):])} (each also as IMPL@REV)"),
     "model": dict(default=DEFAULT_MODEL, help="conf/model/<name>.yaml"),
     "data": dict(default=DEFAULT_DATA, help="conf/data/<name>.yaml"),
     "seconds": dict(type=number(float, 0), help="measured seconds (train: 60 per "
