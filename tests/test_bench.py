@@ -35,9 +35,9 @@ def no_children(monkeypatch):
                                                          "bucket, packed"),
     (["train", "--impl", "mtx", "--isa", "AVX3"], "--isa AVX3: unknown; choose from native"),
     (["train", "--impl", "mtx,mtx@no-such-revision-x"], "no such git revision"),
-    (["train", "--impl", "mtx", "--rounds", "0"], "--rounds: 0 must be at least 1"),
+    (["train", "--impl", "mtx", "--rounds", "0"], "--rounds: '0' is not a whole number >= 1"),
     (["decode", "--impl", "mtx", "--steps", "x"], "--steps: 'x' is not a whole number"),
-    (["serve", "--run", "r", "--seconds", "-1"], "--seconds: -1 must be > 0"),
+    (["serve", "--run", "r", "--seconds", "-1"], "--seconds: '-1' is not a number > 0"),
     (["serve", "--run", "r", "--clients", "1-16"], "--clients 1-16: give client counts")])
 def test_bad_input_is_one_line_before_any_measurement(argv, words, capsys, tmp_path, no_children):
     assert words in one_line_error(capsys, [*argv, "--out", str(tmp_path / "report.json")])

@@ -8,12 +8,10 @@
     mtx-bench profile --impl IMPL[,IMPL...] [--steps 20] [--batches bucket|packed]
     mtx-bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5] [--abuse]
 
-Every implementation gets conf/model/small.yaml (--model) with untied embeddings and the corpus's
-vocabulary, conf/data/multi30k_en_de.yaml (--data), the same ~4096-token batches, float32
-(mtx-bf16: bfloat16 products) and OMP_NUM_THREADS threads. One implementation is measured in
-this process, several each in a process of its own; training then runs in interleaved rounds
-with paired ratios (`rounds`). ``IMPL@REV`` is IMPL at git revision REV. `all`: training, decoding
-and, with --run, mtx translating a trained run. Tables go to stdout, the report to --out.
+Every implementation gets conf/model/small.yaml (--model, untied, the corpus's vocabulary),
+conf/data/multi30k_en_de.yaml (--data), the same ~4096-token batches and OMP_NUM_THREADS threads.
+One implementation is measured here, several each in a child; training then runs in interleaved
+rounds with paired ratios (`rounds`). IMPL@REV is IMPL at git revision REV. Tables go to stdout.
 """
 import argparse
 import logging
@@ -124,11 +122,10 @@ def number(kind, low):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a "
-                                             f"{'whole number' if kind is int else 'number'}")
-        if value < low or (kind is float and value == low):
-            raise argparse.ArgumentTypeError(f"{text} must be "
-                                             f"{'at least' if kind is int else '>'} {low}")
+            value = None
+        if value is None or value < low or (kind is float and value == low):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' * (kind is int)}number"
+                                             f" {'>=' if kind is int else '>'} {low}")
         return value
     return parse
 

@@ -82,7 +82,7 @@ def measure_decode(name, args):
             "seconds": round(seconds, 2)}, model_cfg
 
 
-def load_run(run_dir):
+def load_for_decoding(run_dir):
     """(hybridized model, tokenizer) of a trained run, as the commands load it to decode."""
     import mxnet as mx
     from ..commands.common import load_decoder
@@ -110,7 +110,7 @@ def run_translators(name, run_dir, tmp_dir):
     import mxnet as mx
     from ..precision import set_precision
     from ..search import Translator
-    model, tokenizer = load_run(run_dir)
+    model, tokenizer = load_for_decoding(run_dir)
     set_precision(model, MTX_PRECISIONS[name])
     return lambda decode_cfg: Translator(model, tokenizer, decode_cfg, mx.cpu())
 

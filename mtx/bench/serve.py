@@ -181,10 +181,10 @@ def one_at_a_time(run_dir, sentences, beam, seconds):
     import mxnet as mx
     from ..devices import use_numpy_interface
     from ..search import Translator
-    from .decoding import load_run
+    from .decoding import load_for_decoding
     from .inputs import decode_config
     use_numpy_interface()
-    translator = Translator(*load_run(run_dir), decode_config(beam), mx.cpu())
+    translator = Translator(*load_for_decoding(run_dir), decode_config(beam), mx.cpu())
     translator.translate(sentences[:WARMUP_REQUESTS])
     answers, start = [], time.perf_counter()
     while time.perf_counter() - start < seconds:
