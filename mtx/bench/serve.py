@@ -185,7 +185,8 @@ def one_at_a_time(run_dir, sentences, beam, seconds):
     from .inputs import decode_config
     use_numpy_interface()
     translator = Translator(*load_for_decoding(run_dir), decode_config(beam), mx.cpu())
-    translator.translate(sentences[:WARMUP_REQUESTS])
+    for sentence in sentences[:WARMUP_REQUESTS]:  # one at a time: the shapes measured below
+        translator.translate([sentence])
     answers, start = [], time.perf_counter()
     while time.perf_counter() - start < seconds:
         tic = time.perf_counter()
@@ -209,8 +210,8 @@ def measure_serve(args):
               "one_at_a_time": one_at_a_time(args.run, sentences, args.beam, args.seconds)}
     server = ServerProcess([f"ckpt={args.run}", f"decode.beam_size={args.beam}"])
     try:
-        joined([lambda s=s: request(server.url, "/translate", {"text": [s], "beam_size": args.beam})
-                for s in sentences[:WARMUP_REQUESTS]])
+        for sentence in sentences[:WARMUP_REQUESTS]:
+            request(server.url, "/translate", {"text": [sentence], "beam_size": args.beam})
         report["server"] = {n: under_load(server.url, sentences, args.beam, int(n), args.seconds)
                             for n in clients}
         if args.abuse:
