@@ -40,8 +40,8 @@ def profile_table(results):
 
 
 def rounds_table(report):
-    """Interleaved training rounds: the GEMM peaks, each label's median tok/s, MFU against its
-    cap's float32 and bfloat16 peaks and its step's products alone, then the paired ratios."""
+    """Interleaved training rounds: the GEMM peaks, each label's median tok/s and MFU against its
+    cap's float32 and bfloat16 peaks, then the paired ratios."""
     lines = [f"GEMM peak{'' if cap == 'native' else f' under {cap}'} (2048^3 FullyConnected, "
              f"best of the children): {max(filter(None, p['float32']), default=None)} GFLOP/s "
              f"float32 (each: {', '.join(map(str, p['float32']))}), "
@@ -50,16 +50,15 @@ def rounds_table(report):
     rows = []
     for name, r in report["train"].items():
         if "gflop_s" not in r:
-            rows.append([name, r.get("error", "-"), *["-"] * 5])
+            rows.append([name, r.get("error", "-"), *["-"] * 4])
             continue
         fp32, bf16 = r["gemm_peak_gflop_s"], r["gemm_peak_bf16_gflop_s"]
         rows.append([name, r["tok_s"], ", ".join(str(x["tok_s"]) for x in r["rounds"]),
                      r["gflop_s"], f"{100 * r['gflop_s'] / fp32:.0f}%",
-                     f"{100 * r['gflop_s'] / bf16:.0f}%" if bf16 else "-",
-                     r.get("products_alone_gflop_s", "-")])
+                     f"{100 * r['gflop_s'] / bf16:.0f}%" if bf16 else "-"])
     ratios = [[pair, x["median"], x["min"], x["max"], ", ".join(map(str, x["rounds"]))]
               for pair, x in report["train_ratios"].items()]
     return "\n\n".join(["\n".join(lines), table(
         ["implementation", "tok/s (median round)", "per round", "GFLOP/s", "MFU fp32",
-         "MFU bf16", "its products alone, GFLOP/s"], rows), table(
+         "MFU bf16"], rows), table(
         ["paired ratio (tok/s)", "median", "min", "max", "per round"], ratios)])
