@@ -87,8 +87,11 @@ def run_train(args, default=None):
 
 
 def run_decode(args):
-    default = ",".join(RUN_IMPLS) if args.run else None
-    report = measured("decode", args, impl_names(args, DECODE_IMPLS, default))
+    names = impl_names(args, DECODE_IMPLS, ",".join(RUN_IMPLS) if args.run else None)
+    for name in names if not args.run else ():
+        if name.partition("@")[0] not in TRAIN_IMPLS:
+            raise ConfigError(f"--impl {name} translates a trained run: give --run RUN_DIR")
+    report = measured("decode", args, names)
     return report, tabled(report, "decode")
 
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as onp
 
-from ..errors import ConfigError
 from . import inputs
 from .flops import train_flops
 from .peers import PEERS
@@ -59,8 +58,6 @@ def measure(kind, name, args):
     """Implementation ``name``'s measurement ``kind`` (train, decode, profile) -> its report:
     the machine, the model config and {kind: {name: result}}."""
     from .decoding import measure_decode, measure_run_decode
-    if name in CT2 and not (kind == "decode" and args.run):
-        raise ConfigError(f"--impl {name} translates a trained run: give --run RUN_DIR")
     if name != "gluonnlp" and name not in CT2:  # gluonnlp: the legacy API; CTranslate2: no MXNet
         from ..devices import use_numpy_interface
         use_numpy_interface()
