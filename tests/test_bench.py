@@ -80,18 +80,21 @@ def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):
 
 def test_batchings_and_revisions_are_paired_like_implementations(monkeypatch, capsys):
     """`--batches bucket,packed` with `mtx@HEAD`: every round runs each implementation on each
-    batching, mtx@HEAD in a worktree of HEAD; ratios on the same batches, and of each
-    implementation's packed rounds to its bucket ones."""
+    batching, mtx@HEAD in its checkout (faked here: a real one is a git worktree); ratios on the
+    same batches, and of each implementation's packed rounds to its bucket ones."""
+    from mtx.bench import revisions
     speeds, calls = iter([1000.0, 2000.0, 4000.0, 8000.0] * 2), []
+    monkeypatch.setattr(revisions, "checkout", lambda revision: f"/checkout/of/{revision}")
 
     def child(command, *args, cwd=None, isa_cap=None):
         impl, batching = args[args.index("--impl") + 1], args[args.index("--batches") + 1]
-        calls.append((batching, cwd is None))
+        calls.append((batching, cwd))
         return {"train": {impl: {"tok_s": next(speeds), "gflop_s": 1.0,
                                  "gemm_peak_gflop_s": 300.0, "gemm_peak_bf16_gflop_s": None}}}
     monkeypatch.setattr(rounds, "run_child", child)
     main(["train", "--impl", "mtx,mtx@HEAD", "--batches", "bucket,packed", "--rounds", "2"])
-    assert calls == [("bucket", True), ("bucket", False), ("packed", True), ("packed", False)] * 2
+    assert calls == [("bucket", None), ("bucket", "/checkout/of/HEAD"), ("packed", None),
+                     ("packed", "/checkout/of/HEAD")] * 2
     printed = capsys.readouterr().out
     assert "| mtx (bucket) / mtx@HEAD (bucket) | 0.5 | 0.5 | 0.5 | 0.5, 0.5 |" in printed
     assert "| mtx (packed) / mtx (bucket) | 4.0 |" in printed
