@@ -1,26 +1,15 @@
 """bfloat16 or float16 matrix multiplies, weights kept in float32, and the choice between them.
 
 `Linear` and the output projection cast input, weight and bias to the compute dtype around the
-product and the product back to float32, so parameters, optimizer state, LayerNorm, softmax and the
-loss stay float32 (the casts' gradients flow back to the float32 weights).
-
-bfloat16 is for CPUs with AVX512-BF16: MXNet 1.9.1's pip wheel runs ``FullyConnected`` in bfloat16
-through oneDNN at twice the float32 peak on an AMD EPYC (docs/performance.md), but at 0.54x on an
-Intel Xeon that reports the same flag, so `choose_precision` decides ``train.precision=auto`` by
-timing the products (`probe_matmul_speed`), not by CPU flags. MXNet knows bfloat16 only as the
-structured dtype ``mxnet.contrib.amp.amp.bfloat16``: the string 'bfloat16' fails, and so does
-``amp.convert_hybrid_block``.
-
-Not every CPU can run bfloat16 products at all: oneDNN 2.x builds them only from avx512_core
-up, and under a oneDNN cap (``DNNL_MAX_CPU_ISA=AVX2``) not even there. A failed MXNet operator does
-not stay where it was caught: the asynchronous engine raises its error again at a later
-synchronisation of the same process. So this process never runs a bfloat16 product before a child
-process has shown that it works here (`bfloat16_unavailable`, `child_probe`); `set_precision`
-refuses bfloat16 with one line where it does not.
-
-float16 is for GPUs: MXNet 1.9's float16 ``FullyConnected`` is cuDNN-only. Train it with dynamic
-loss scaling (`mtx.optimizer.DynamicLossScale`, on by default with float16).
+product and the product back to float32; parameters, optimizer state, LayerNorm, softmax and the
+loss stay float32. MXNet knows bfloat16 only as the dtype ``mxnet.contrib.amp.amp.bfloat16``.
+Its speed against float32 differs between CPUs with the same flags (docs/performance.md), so
+``train.precision=auto`` times the products. oneDNN 2.x builds bfloat16 products only from
+avx512_core up and not under a cap such as ``DNNL_MAX_CPU_ISA=AVX2``, and a failed MXNet operator
+is raised again at a later synchronisation of the same process: no process runs one before a
+child has shown that it works (`bfloat16_unavailable`). float16 is for GPUs (cuDNN only).
 """
+import contextlib
 import json
 import logging
 import os
@@ -42,24 +31,13 @@ from .ops import legacy
 
 log = logging.getLogger(__name__)
 
-# (tokens, in, out) of the default model's products (conf/model/small.yaml, an 8000-subword
-# vocabulary): the FFN's first and second layer and the output projection, at 2048 tokens, the
-# shapes every recorded probe ratio was measured at.
-PROBE_SHAPES = ((2048, 256, 1024), (2048, 1024, 256), (2048, 256, 8000))
+PROBE_SHAPES = ((2048, 256, 1024), (2048, 1024, 256), (2048, 256, 8000))  # small.yaml FFN, output
 PROBE_ROUNDS = 7  # interleaved float32/bfloat16 rounds (throughput drifts by ±15% within a minute)
 PROBE_SECONDS = 2.0  # fewer rounds (at least 3) where they take longer: a busy or slow CPU
-# bfloat16 only from this speed-up of the products. The threshold must sit between the machines,
-# not inside one machine's spread: the same AMD EPYC measured 1.22x, 1.33x and 1.53x at the start
-# of three hours (docs/results.md), an Intel Xeon 0.54-0.64x; at 1.25 `auto` chose float32 in one
-# of the AMD hours and bfloat16 in the others.
-BF16_MIN_SPEEDUP = 1.1
+# bfloat16 from this speed-up: between the kinds of machine measured (AMD EPYC 1.22-1.53x, Intel
+BF16_MIN_SPEEDUP = 1.1  # Xeon 0.54-0.64x), not inside one machine's spread (docs/performance.md)
 CHILD_SECONDS = 300  # the child's import of MXNet and its probe take a few seconds
 _child_results = {}  # `child_probe`'s answers by (kind of probe, oneDNN cap), once per process
-
-
-def cast(F, x, dtype):
-    """amp_cast of a NumPy-interface array or symbol (the op exists only in the legacy API)."""
-    return legacy(F, "amp_cast", x, dtype=dtype)
 
 
 def fully_connected(F, x, weight, bias, num_hidden, compute_dtype):
@@ -68,9 +46,10 @@ def fully_connected(F, x, weight, bias, num_hidden, compute_dtype):
         return F.npx.fully_connected(x, weight, bias, num_hidden=num_hidden, flatten=False,
                                      no_bias=bias is None)
     dtype = bfloat16 if compute_dtype == "bfloat16" else compute_dtype
-    args = [cast(F, a, dtype) for a in (x, weight) + (() if bias is None else (bias,))]
+    args = [legacy(F, "amp_cast", a, dtype=dtype)  # amp_cast exists only in the legacy API
+            for a in (x, weight) + (() if bias is None else (bias,))]
     out = F.npx.fully_connected(*args, num_hidden=num_hidden, flatten=False, no_bias=bias is None)
-    return cast(F, out, "float32")
+    return legacy(F, "amp_cast", out, dtype="float32")
 
 
 @use_np
@@ -85,37 +64,37 @@ class Linear(nn.Dense):
 
 
 def set_precision(model, precision):
-    """Run every `Linear` and the output projection of ``model`` in ``precision``. Call before
-    the first forward of a hybridized model (the graph is traced with it)."""
+    """Every `Linear` of ``model`` in ``precision``; before a hybridized model's first forward."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision}: choose one of {', '.join(PRECISIONS)}")
     if precision == "bfloat16":
         require_bfloat16("bfloat16 matrix products")
-
-    def visit(block):
-        if hasattr(type(block), "compute_dtype"):
-            block.compute_dtype = precision
-    model.apply(visit)
+    model.apply(lambda block: setattr(block, "compute_dtype", precision)
+                if hasattr(type(block), "compute_dtype") else None)
     return model
 
 
 def probe_matmul_speed(ctx, shapes=PROBE_SHAPES, rounds=PROBE_ROUNDS, max_seconds=PROBE_SECONDS,
-                       dtypes=("float32", "bfloat16")):
+                       dtypes=("float32", "bfloat16"), backward=False):
     """{dtype: GFLOP/s} of `fully_connected` (casts included) over ``shapes`` (tokens, in, out)
-    on ``ctx``: one warm-up, then the median of ``rounds`` interleaved rounds (at least 3, fewer
-    than ``rounds`` once ``max_seconds`` have passed). A dtype that cannot run here raises, and
-    MXNet raises it again later in the same process: run this in a child (`child_probe`)."""
+    on ``ctx``, forward (or with ``backward`` forward and both gradients): the median of ``rounds``
+    interleaved rounds after a warm-up (at least 3 rounds, none begun after ``max_seconds``)."""
     import mxnet as mx
     rng = onp.random.RandomState(0)
     arrays = [[mx.np.array(rng.uniform(-1, 1, size), dtype="float32", ctx=ctx)
                for size in ((tokens, n_in), (n_out, n_in), (n_out,))]
               for tokens, n_in, n_out in shapes]
+    for array in (a for group in arrays for a in group) if backward else ():
+        array.attach_grad()
 
     def seconds(dtype):
         start = time.perf_counter()
-        outs = [fully_connected(mx.nd, x, w, b, w.shape[0], dtype) for x, w, b in arrays]
-        for out in outs:
-            out.wait_to_read()
+        for x, w, b in arrays:
+            with mx.autograd.record() if backward else contextlib.nullcontext():
+                out = fully_connected(mx.nd, x, w, b, w.shape[0], dtype)
+            if backward:
+                out.backward(mx.np.ones_like(out))
+        mx.nd.waitall()
         return time.perf_counter() - start
 
     times, start = {dtype: [] for dtype in dtypes}, time.perf_counter()
@@ -126,39 +105,34 @@ def probe_matmul_speed(ctx, shapes=PROBE_SHAPES, rounds=PROBE_ROUNDS, max_second
             break
         for dtype in dtypes:
             times[dtype].append(seconds(dtype))
-    flops = sum(2 * tokens * n_in * n_out for tokens, n_in, n_out in shapes)
+    flops = (3 if backward else 1) * sum(2 * t * n_in * n_out for t, n_in, n_out in shapes)
     return {dtype: flops / statistics.median(t) / 1e9 for dtype, t in times.items()}
 
 
 def cpu_lacks_bfloat16(flags=None):
     """Why this CPU's flags rule bfloat16 products out, or None when they do not."""
     missing = [f for f in AVX512_CORE if f not in (cpu_flags() if flags is None else flags)]
-    if missing:
-        return (f"this CPU has no {'/'.join(missing)} (oneDNN's bfloat16 products need "
-                f"AVX-512: avx512_core)")
-    return None
+    return (f"this CPU has no {'/'.join(missing)} (oneDNN's bfloat16 products need AVX-512: "
+            f"avx512_core)") if missing else None
 
 
 def child_probe(measure):
-    """Run bfloat16 products in a child process (this process's environment, so a oneDNN cap
-    applies there too) -> {"ok": True} (with ``measure``: and `probe_matmul_speed`'s
-    {"float32": GFLOP/s, "bfloat16": GFLOP/s}) or {"error": one line}. Decided once per process
-    for each kind of probe and oneDNN cap."""
+    """bfloat16 products in a child (this process's oneDNN cap) -> {"ok": True, with ``measure``
+    {dtype: GFLOP/s} too} or {"error": one line}; once per process, kind of probe and cap."""
     cap = isa_cap()
     key = ("speed" if measure else "works", cap)
     if key not in _child_results:
-        code = f"from mtx.precision import probe_here; probe_here({bool(measure)})"
-        package_root = str(Path(__file__).resolve().parents[1])  # this mtx, installed or not
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(  # this mtx
+            __file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
         try:
-            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                  timeout=CHILD_SECONDS, env=env)
+            done = subprocess.run([sys.executable, "-c", f"from mtx.precision import probe_here; "
+                                   f"probe_here({bool(measure)})"], capture_output=True,
+                                  text=True, timeout=CHILD_SECONDS, env=env)
             result = json.loads(done.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
-            stderr = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-            result = {"error": stderr[-1][:200] if stderr else
-                      f"the probe exited with status {done.returncode}"}
+            stderr = done.stderr.strip().splitlines() or [f"the probe exited with status "
+                                                          f"{done.returncode}"]
+            result = {"error": stderr[-1].strip()[:200]}
         except (OSError, subprocess.SubprocessError) as err:
             result = {"error": f"the probe did not run ({type(err).__name__}: {err})"}
         _child_results[key] = result
@@ -168,18 +142,11 @@ def child_probe(measure):
 
 
 def probe_here(measure):
-    """The child's side of `child_probe`: one bfloat16 product forward and backward (what a
+    """The child's side of `child_probe`: a small bfloat16 product forward and backward (what a
     training step runs), then with ``measure`` the speed probe; prints one JSON line."""
     import mxnet as mx
-    from mxnet import autograd
     try:
-        x, w, b = (mx.nd.ones(shape) for shape in ((8, 16), (32, 16), (32,)))
-        for a in (x, w, b):
-            a.attach_grad()
-        with autograd.record():
-            y = fully_connected(mx.nd, x, w, b, 32, "bfloat16")
-        y.backward()
-        mx.nd.waitall()
+        probe_matmul_speed(mx.cpu(), [(8, 16, 32)], rounds=1, dtypes=("bfloat16",), backward=True)
         result = {"ok": True, **(probe_matmul_speed(mx.cpu()) if measure else {})}
     except Exception as err:  # the operator's own error, whatever MXNet wraps it in
         message = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
@@ -189,13 +156,10 @@ def probe_here(measure):
 
 
 def bfloat16_unavailable():
-    """None when bfloat16 products run on this CPU (under this process's oneDNN cap, if any);
-    otherwise why not, as one clause. By the CPU's flags first, then a product in a child."""
+    """Why bfloat16 products cannot run here (CPU flags, then a child under this cap), or None."""
     reason = cpu_lacks_bfloat16()
-    if reason is None:
-        error = child_probe(measure=False).get("error")
-        reason = error and failed_here(error)
-    return reason
+    error = reason is None and child_probe(measure=False).get("error")
+    return reason or (failed_here(error) if error else None)
 
 
 def failed_here(error):
@@ -214,21 +178,18 @@ def require_bfloat16(what):
 
 def check_device(precision, ctxs):
     """ConfigError if ``precision`` cannot run on the devices ``ctxs``."""
-    if precision == "float16" and any(c.device_type == "cpu" for c in ctxs):
+    on_cpu = any(c.device_type == "cpu" for c in ctxs)
+    if precision == "float16" and on_cpu:
         raise ConfigError("train.precision=float16 needs a GPU (MXNet 1.9's float16 "
                           "FullyConnected is cuDNN-only): on a CPU use train.precision="
                           "bfloat16 (AVX512-BF16), auto or float32")
-    if precision == "bfloat16" and any(c.device_type == "cpu" for c in ctxs):
+    if precision == "bfloat16" and on_cpu:
         require_bfloat16("train.precision=bfloat16")
 
 
 def choose_precision(requested, ctxs, recorded=None):
-    """The matrix-multiply precision to train in, as a dict for the log and report.json: ``used``,
-    ``requested``, ``reason`` and, when measured, ``probe`` (both GFLOP/s, their ratio, the
-    threshold). ``recorded``: the choice a resumed run started with, kept as it is (a bfloat16 run
-    resumed where bfloat16 cannot run continues in float32 when train.precision=float32 says so).
-    ``auto``: float32 on a GPU; on CPUs bfloat16 when its products run `BF16_MIN_SPEEDUP` times
-    as fast."""
+    """The matrix-multiply precision to train in: {used, requested, reason, probe when measured}
+    for the log and report.json; ``recorded``: what a resumed run started with."""
     if recorded is not None:
         return resumed_precision(requested, ctxs, recorded)
     check_device(requested, ctxs)
@@ -244,7 +205,7 @@ def choose_precision(requested, ctxs, recorded=None):
 
 
 def resumed_precision(requested, ctxs, recorded):
-    """`choose_precision` for a resumed run that started in ``recorded``."""
+    """A resumed run keeps its precision (``recorded``), or goes on in float32 if told so."""
     used = recorded["used"]
     unavailable = bfloat16_unavailable() if used == "bfloat16" else None
     if unavailable and requested == "float32":
@@ -253,26 +214,24 @@ def resumed_precision(requested, ctxs, recorded):
                     "bfloat16: %s", reason)
         return {"used": "float32", "requested": "float32", "reason": reason}
     if requested not in ("auto", used):
-        log.warning("train.precision=%s is not used: this run started in %s and a resumed "
-                    "run keeps it (a new hydra.run.dir starts a run in %s)", requested, used,
-                    requested)
+        log.warning("train.precision=%s is not used: this run started in %s and a resumed run "
+                    "keeps it (a new hydra.run.dir starts a run in %s)", requested, used, requested)
     try:
         check_device(used, ctxs)
     except ConfigError:
         if used == "float16":
-            raise ConfigError(f"this run trains in float16, which needs a GPU: resume it on one "
-                              f"(device=gpu), or start a new hydra.run.dir") from None
+            raise ConfigError("this run trains in float16, which needs a GPU: resume it on one "
+                              "(device=gpu), or start a new hydra.run.dir") from None
         raise ConfigError(f"this run trains in bfloat16, which cannot run on this CPU "
-                          f"({unavailable}): resume it with train.precision=float32 "
-                          f"(its weights are float32; the products then run at full precision), "
-                          f"or on a CPU with AVX512-BF16") from None
+                          f"({unavailable}): resume it with train.precision=float32 (its weights "
+                          f"are float32; the products then run at full precision), or on a CPU "
+                          f"with AVX512-BF16") from None
     log.info("matrix products in %s, as when the run started (%s)", used, recorded["reason"])
     return dict(recorded)
 
 
 def probe_choice():
-    """`choose_precision`'s ``auto`` on a CPU: {used, reason, probe}; every bfloat16 product of
-    the probe runs in a child process (`child_probe`)."""
+    """``auto`` on a CPU: bfloat16 when its products (timed in a child) run BF16_MIN_SPEEDUP x."""
     start = time.perf_counter()
     reason = cpu_lacks_bfloat16()
     if reason:
@@ -282,9 +241,9 @@ def probe_choice():
         return {"used": "float32", "reason": f"auto: {failed_here(speed['error'])}, so float32"}
     ratio = speed["bfloat16"] / speed["float32"]
     used = "bfloat16" if ratio >= BF16_MIN_SPEEDUP else "float32"
-    probe = {"float32_gflop_s": round(speed["float32"], 1),
-             "bfloat16_gflop_s": round(speed["bfloat16"], 1), "ratio": round(ratio, 3),
-             "min_ratio": BF16_MIN_SPEEDUP, "seconds": round(time.perf_counter() - start, 2)}
+    probe = {"float32_gflop_s": round(speed["float32"], 1), "bfloat16_gflop_s": round(
+        speed["bfloat16"], 1), "ratio": round(ratio, 3), "min_ratio": BF16_MIN_SPEEDUP,
+        "seconds": round(time.perf_counter() - start, 2)}
     return {"used": used, "probe": probe,
             "reason": f"auto: bfloat16 products {probe['bfloat16_gflop_s']} GFLOP/s, float32 "
                       f"{probe['float32_gflop_s']}: {ratio:.2f}x, bfloat16 from "

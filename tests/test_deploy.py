@@ -158,9 +158,10 @@ def test_bench_decode_puts_ctranslate2_beside_mtx_on_a_run(tmp_path, capsys):
     """``mtx-bench decode --run``: each implementation translates the run's test sentences with
     beam 5 and greedily; a CTranslate2 row exports in another process and never loads MXNet."""
     run = make_run(tmp_path / "run", random_model(small_cfg()))
-    code = ("import json, sys; from mtx.bench import workers; "
-            f"r, _ = workers.measure_run_decode('ct2-int8', {str(run)!r}, 4); "
-            "print(json.dumps({**r, 'mxnet': 'mxnet' in sys.modules}))")
+    code = ("import json, sys; from types import SimpleNamespace as N; "
+            "from mtx.bench.measure import measure; "
+            f"r = measure('decode', 'ct2-int8', N(run={str(run)!r}, max_sentences=4)); "
+            "print(json.dumps({**r['decode']['ct2-int8'], 'mxnet': 'mxnet' in sys.modules}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     ct2 = json.loads(done.stdout.decode().splitlines()[-1])

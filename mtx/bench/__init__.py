@@ -1,12 +1,9 @@
-"""Benchmarks of mtx against gluonnlp 0.10 and the d2l book: `python -m mtx.bench --help`.
+"""Benchmarks of mtx against gluonnlp 0.10 and the d2l book (`mtx-bench --help`): a thin layer
+that times the product's own training step, search, translation and service.
 
-    __main__   the command line: all | train | decode | profile | translate | compare-runs
-    workers    the measurements (each in a process of its own) and their named constants
-    impls      each implementation as a training step and a greedy decoder;
-               `mtx_training_step` is the one place mtx's training step is built
-    peers      the gluonnlp and d2l models
-    inputs     model/data configs from conf/, corpus, training and decoding batches
-    flops      model FLOPs of a training step, from the ModelConfig used
-    machine    CPU, flags, MXNet, threads, native kernels; matrix-multiply peaks
-    tables     markdown tables of the reports
+    __main__   the command line        rounds     children, interleaved rounds, paired ratios
+    measure    training; the reports   decoding   decoding and a trained run's translation
+    inputs     configs, batches, text  peers      the gluonnlp and d2l models
+    flops      model FLOPs (MFU)       tables     markdown tables
+    serve      mtx-serve under load    revisions  other git revisions (--impl mtx@REV)
 """

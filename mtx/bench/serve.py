@@ -1,29 +1,15 @@
-"""`mtx-bench serve`: mtx-serve under concurrent load on loopback, against one-at-a-time
-translation of the same sentences.
+"""`mtx-bench serve`: mtx-serve under concurrent clients on loopback, against one-at-a-time
+translation of the same test sentences in this process (a `Translator` call each, no HTTP).
 
-    mtx-bench serve --run RUN [--clients 1,4,16] [--seconds 20] [--beam 5]
-                    [--max-sentences 200] [--url http://127.0.0.1:PORT] [--abuse] [--out FILE]
-
-1. One at a time: this process loads the run and translates the test sentences one by one (a
-   `Translator` call per sentence, no HTTP) for --seconds.
-2. The server (``python -m mtx.commands.serve ckpt=RUN port=0``, started here and stopped with
-   SIGTERM at the end, unless --url names one already running): for each N of --clients, N
-   clients each post one sentence per request and the next one as soon as the answer is in, for
-   --seconds. Every answer is checked (HTTP 200 and one translation); anything else is a failed
-   request. The server's /health before and after gives how many model calls (batches) served
-   the requests.
-
-3. With --abuse: sixteen ordinary one-sentence requests at once, alone, then just after four of
-   the heaviest requests the server's limits allow and two such requests whose clients hang up
-   at once (`abuse`), with /health polled throughout.
-
-Each mode reports requests, failed, sentences/s, p50/p99 latency in ms and the ratio of its
-throughput to one at a time. Client and server share the machine's cores: the clients are
-threads blocked on their sockets most of the time, but they cost some CPU too.
+The server (``python -m mtx.commands.serve ckpt=RUN port=0``, stopped with SIGTERM at the end)
+gets, for each N of --clients, N keep-alive clients that each post one sentence a request, the
+next as soon as the answer is in, for --seconds; anything but HTTP 200 with one translation is a
+failed request; /health before and after gives the requests per model call. --abuse: sixteen
+ordinary requests alone, then just after four of the heaviest requests the limits allow and two
+whose clients hang up at once, /health polled throughout. Clients and server share the cores.
 """
 import http.client
 import json
-import logging
 import re
 import signal
 import subprocess
@@ -36,117 +22,75 @@ import numpy as onp
 
 from ..errors import ConfigError
 
-log = logging.getLogger("mtx.bench")
-START_TIMEOUT = 300  # seconds for the server to load and warm up
+START_TIMEOUT = 300   # seconds for the server to load and warm up
 WARMUP_REQUESTS = 16  # untimed requests first (graphs of new shapes)
+HEAVY, HANG_UPS, ORDINARY = 4, 2, 16  # --abuse
 
 
-def percentiles(latencies):
-    """Latencies (s) -> {p50_ms, p99_ms} (numpy's linear interpolation)."""
-    if not latencies:
-        return {"p50_ms": None, "p99_ms": None}
-    p50, p99 = onp.percentile(onp.array(latencies) * 1000, [50, 99])
-    return {"p50_ms": round(float(p50), 1), "p99_ms": round(float(p99), 1)}
+def percentiles(latencies, points=(50, 99)):
+    """Latencies (s) -> {p50_ms, p99_ms} (numpy's linear interpolation; None without any)."""
+    values = onp.percentile(onp.array(latencies) * 1000, points) if latencies else points
+    return {f"p{p}_ms": round(float(v), 1) if latencies else None for p, v in zip(points, values)}
 
 
-def summary(latencies, failed, seconds):
-    """One mode's numbers: requests, failed, sentences/s (one sentence per request), latency."""
-    return {"requests": len(latencies) + failed, "failed": failed,
-            "sent_s": round(len(latencies) / seconds, 2), **percentiles(latencies)}
-
-
-def one_at_a_time(run_dir, sentences, beam, seconds):
-    """Translate ``sentences`` (cycled) one per call in this process for ``seconds``."""
-    import mxnet as mx
-    from ..devices import use_numpy_interface
-    from ..rundir import load_run
-    from ..search import Translator
-    from .inputs import decode_config
-    use_numpy_interface()
-    model, tokenizer, _ = load_run(run_dir, mx.cpu())
-    model.hybridize(static_alloc=True)
-    translator = Translator(model, tokenizer, decode_config(beam), mx.cpu())
-    for sentence in sentences[:WARMUP_REQUESTS]:
-        translator.translate([sentence])
-    latencies, start, i = [], time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        tic = time.perf_counter()
-        translator.translate([sentences[i % len(sentences)]])
-        latencies.append(time.perf_counter() - tic)
-        i += 1
-    return summary(latencies, 0, time.perf_counter() - start)
-
-
-def check_url(url):
-    """--url names a running mtx-serve: checked before any measurement."""
-    parts = urlparse(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise ConfigError(f"--url {url}: give the server's address as http://HOST:PORT")
+def request(url, path, body=None, hang_up=False, connection=None):
+    """GET ``path`` (no ``body``) or POST it -> (status, answer or None, seconds); status None
+    after ``hang_up``, "error" when the connection failed. On ``connection`` (kept) or a new one."""
+    parts, tic = urlparse(url), time.perf_counter()
+    own = connection is None
+    connection = connection or http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
     try:
-        health = Client(url, 1).get("/health")
-    except (OSError, http.client.HTTPException, ValueError) as err:
-        raise ConfigError(f"--url {url}: no mtx-serve answers there ({err}); start one "
-                          f"(mtx-serve ckpt=<run>) or leave --url out to start it here") from None
-    if not isinstance(health, dict):
-        raise ConfigError(f"--url {url}: /health did not answer as mtx-serve does")
+        connection.request("POST" if body else "GET", path, body and json.dumps(body),
+                           {"Content-Type": "application/json"})
+        if hang_up:
+            return None, None, time.perf_counter() - tic
+        response = connection.getresponse()
+        return response.status, json.loads(response.read()), time.perf_counter() - tic
+    except (OSError, http.client.HTTPException, ValueError):
+        connection.close()  # a kept connection reconnects for the next request
+        return "error", None, time.perf_counter() - tic
+    finally:
+        if own:
+            connection.close()
 
 
-class Client:
-    """One keep-alive HTTP connection to the server; `translate` -> (ok, seconds)."""
-
-    def __init__(self, url, beam):
-        parts = urlparse(url)
-        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
-        self.beam = beam
-
-    def get(self, path):
-        self.connection.request("GET", path)
-        response = self.connection.getresponse()
-        return json.loads(response.read())
-
-    def translate(self, sentence):
-        body = json.dumps({"text": [sentence], "beam_size": self.beam})
-        tic = time.perf_counter()
-        try:
-            self.connection.request("POST", "/translate", body,
-                                    {"Content-Type": "application/json"})
-            response = self.connection.getresponse()
-            data = json.loads(response.read())
-            ok = response.status == 200 and len(data.get("translations", ())) == 1
-        except (OSError, http.client.HTTPException, ValueError) as err:
-            log.warning("request failed: %s", err)
-            self.connection.close()  # the next request reconnects
-            ok = False
-        return ok, time.perf_counter() - tic
-
-
-def under_load(url, sentences, beam, clients, seconds):
-    """``clients`` concurrent clients for ``seconds``: their summary and the server's batches."""
-    before = Client(url, beam).get("/health")
-    results, lock, counter = [], threading.Lock(), iter(range(10 ** 9))
-    deadline = time.perf_counter() + seconds
-
-    def client_loop():
-        client, mine = Client(url, beam), []
-        while time.perf_counter() < deadline:
-            with lock:
-                i = next(counter)
-            mine.append(client.translate(sentences[i % len(sentences)]))
-        with lock:
-            results.extend(mine)
-    start = time.perf_counter()
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
+def joined(calls):
+    """Each of ``calls`` in a thread of its own, all at once -> their results, once all ended."""
+    results = [None] * len(calls)
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, calls[i]()))
+               for i in range(len(calls))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    elapsed = time.perf_counter() - start
-    after = Client(url, beam).get("/health")
-    latencies = [dt for ok, dt in results if ok]
-    out = summary(latencies, sum(1 for ok, _ in results if not ok), elapsed)
-    batches = after["batches"] - before["batches"]
-    out["requests_per_batch"] = round((after["jobs"] - before["jobs"]) / max(batches, 1), 2)
-    return out
+    return results
+
+
+def row(answers, seconds):
+    """[(status, answer, seconds)] of one-sentence requests -> a table row's numbers."""
+    latencies = [dt for status, answer, dt in answers
+                 if status == 200 and len(answer.get("translations", ())) == 1]
+    return {"requests": len(answers), "failed": len(answers) - len(latencies),
+            "sent_s": round(len(latencies) / seconds, 2), **percentiles(latencies)}
+
+
+def under_load(url, sentences, beam, clients, seconds):
+    """``clients`` concurrent keep-alive clients for ``seconds`` -> their row."""
+    before, counter = request(url, "/health")[1], iter(range(10 ** 9))  # sentences in turn
+    deadline = time.time() + seconds
+
+    def client():
+        parts, answers = urlparse(url), []
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+        while time.time() < deadline:
+            body = {"text": [sentences[next(counter) % len(sentences)]], "beam_size": beam}
+            answers.append(request(url, "/translate", body, connection=connection))
+        return answers
+    start = time.perf_counter()
+    result = row(sum(joined([client] * clients), []), time.perf_counter() - start)
+    after = request(url, "/health")[1]
+    return {**result, "requests_per_batch": round((after["jobs"] - before["jobs"]) / max(
+        after["batches"] - before["batches"], 1), 2)}
 
 
 class ServerProcess:
@@ -187,167 +131,109 @@ class ServerProcess:
         return self.process.returncode
 
 
-ABUSE_HEAVY, ABUSE_HANG_UPS, ABUSE_ORDINARY = 4, 2, 16  # issue #35's mix
-
-
-def heaviest_request(tokenizer, sentences, info):
-    """The heaviest /translate body the server's limits (/info) allow: sentences of at most
-    ``max_sentence_subwords`` subwords, at the largest beam, as many as the work limit takes."""
-    limits = info["limits"]
-    longest, beam = limits["max_sentence_subwords"], limits["max_beam_size"]
-    words = " ".join(sentences).split()
-    while len(tokenizer.encode([" ".join(words)])[0]) > longest:
+def heaviest_request(tokenizer, sentences, limits):
+    """The heaviest body the server's limits (/info) allow: its longest allowed sentence, as often
+    as the work limit takes, at the largest beam."""
+    words, beam = " ".join(sentences).split(), limits["max_beam_size"]
+    while len(tokenizer.encode([" ".join(words)])[0]) > limits["max_sentence_subwords"]:
         words = words[:max(1, int(len(words) * 0.9))]
-    text = " ".join(words)
-    work = (len(tokenizer.encode([text])[0]) + 1) * beam
+    work = (len(tokenizer.encode([" ".join(words)])[0]) + 1) * beam
     count = max(1, min(limits["max_sentences"], limits["max_request_work"] // work))
-    return {"text": [text] * count, "beam_size": beam}
-
-
-def post_once(url, body, hang_up=False):
-    """One POST /translate on a new connection -> (status, seconds); ``hang_up``: close the
-    connection right after sending (the server must drop the work)."""
-    parts = urlparse(url)
-    tic = time.perf_counter()
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
-    try:
-        connection.request("POST", "/translate", json.dumps(body),
-                           {"Content-Type": "application/json"})
-        if hang_up:
-            return None, time.perf_counter() - tic
-        response = connection.getresponse()
-        response.read()
-        return response.status, time.perf_counter() - tic
-    except (OSError, http.client.HTTPException):
-        return "error", time.perf_counter() - tic
-    finally:
-        connection.close()
-
-
-def in_threads(calls):
-    """Run each of ``calls`` (functions of no argument) in its own thread, all at once ->
-    their results, in order."""
-    results = [None] * len(calls)
-
-    def run(i):
-        results[i] = calls[i]()
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    return threads, results
+    return {"text": [" ".join(words)] * count, "beam_size": beam}
 
 
 def abuse(url, tokenizer, sentences, beam):
-    """Sixteen ordinary one-sentence requests alone, then again just after four of the heaviest
-    requests the limits allow and two such requests whose clients hang up, with /health polled
-    throughout -> {alone, beside_abuse, heavy, health_ms_max}."""
-    info = Client(url, beam).get("/info")
-    heavy = heaviest_request(tokenizer, sentences, info)
-    ordinary = [{"text": [s], "beam_size": beam} for s in sentences[:ABUSE_ORDINARY]]
-
-    def ordinary_round():
-        threads, results = in_threads([lambda b=b: post_once(url, b) for b in ordinary])
-        for thread in threads:
-            thread.join()
-        return results
-    alone = ordinary_round()
-    polling, health_seconds = threading.Event(), []
+    """ORDINARY one-sentence requests alone, then just after HEAVY of the heaviest requests and
+    HANG_UPS whose clients hang up, /health polled throughout."""
+    heavy = heaviest_request(tokenizer, sentences, request(url, "/info")[1]["limits"])
+    ordinary = [lambda s=s: request(url, "/translate", {"text": [s], "beam_size": beam})
+                for s in sentences[:ORDINARY]]
+    alone, done, health = joined(ordinary), threading.Event(), []
 
     def poll_health():
-        while not polling.is_set():
-            tic = time.perf_counter()
-            Client(url, beam).get("/health")
-            health_seconds.append(time.perf_counter() - tic)
+        while not done.is_set():
+            health.append(request(url, "/health")[2])
             time.sleep(0.1)
+
+    def beside():
+        time.sleep(0.2)  # the heavy requests are in first
+        return joined(ordinary)
     poller = threading.Thread(target=poll_health)
     poller.start()
-    abusers, heavy_results = in_threads(
-        [lambda: post_once(url, heavy)] * ABUSE_HEAVY +
-        [lambda: post_once(url, heavy, hang_up=True)] * ABUSE_HANG_UPS)
-    time.sleep(0.2)  # the heavy requests are in first
-    beside = ordinary_round()
-    for thread in abusers:
-        thread.join()
-    polling.set()
+    *heavy_answers, beside_heavy = joined(
+        [lambda: request(url, "/translate", heavy)] * HEAVY +
+        [lambda: request(url, "/translate", heavy, hang_up=True)] * HANG_UPS + [beside])
+    done.set()
     poller.join()
 
-    def latency(results):
-        seconds = [dt for status, dt in results if status == 200]
-        return {"answered": len(seconds), "of": len(results), **percentiles(seconds),
-                "p95_ms": round(float(onp.percentile(seconds, 95)) * 1000, 1) if seconds else None,
-                "max_ms": round(max(seconds) * 1000, 1) if seconds else None}
-    return {"heavy_request": {"sentences": len(heavy["text"]), "beam": heavy["beam_size"]},
-            "alone": latency(alone), "beside_abuse": latency(beside),
-            "heavy": [{"status": status, "seconds": round(dt, 2)} for status, dt in heavy_results],
-            "health_ms_max": round(max(health_seconds) * 1000, 1) if health_seconds else None}
+    def latency(answers):
+        seconds = [dt for status, _, dt in answers if status == 200]
+        return {"answered": f"{len(seconds)}/{len(answers)}",
+                **percentiles(seconds, (50, 95, 99, 100))}
+    return {"heavy_request": f"{len(heavy['text'])} sentences at beam {heavy['beam_size']}",
+            "alone": latency(alone), "beside_abuse": latency(beside_heavy),
+            "heavy": [f"{status} in {dt:.2f} s" for status, _, dt in heavy_answers],
+            "health_ms_max": round(max(health, default=0) * 1000, 1)}
 
 
-def abuse_table(result):
-    heavy = ", ".join(f"{h['status']} in {h['seconds']} s" for h in result["heavy"])
-    lines = [f"heavy request: {result['heavy_request']['sentences']} sentences at beam "
-             f"{result['heavy_request']['beam']}; /health at most {result['health_ms_max']} ms "
-             f"throughout; heavy and hung-up requests: {heavy}", "",
-             "| 16 ordinary one-sentence requests | answered | p50 ms | p95 ms | p99 ms | max ms |",
-             "|---|---|---|---|---|---|"]
-    for label, key in (("alone", "alone"), ("just after 4 heavy + 2 hung up", "beside_abuse")):
-        r = result[key]
-        lines.append(f"| {label} | {r['answered']}/{r['of']} | {r['p50_ms']} | {r['p95_ms']} | "
-                     f"{r['p99_ms']} | {r['max_ms']} |")
-    return "\n".join(lines)
+def one_at_a_time(run_dir, sentences, beam, seconds):
+    """``sentences`` (cycled) translated one per call in this process for ``seconds``: a row."""
+    import mxnet as mx
+    from ..devices import use_numpy_interface
+    from ..search import Translator
+    from .decoding import load_for_decoding
+    from .inputs import decode_config
+    use_numpy_interface()
+    translator = Translator(*load_for_decoding(run_dir), decode_config(beam), mx.cpu())
+    for sentence in sentences[:WARMUP_REQUESTS]:  # one at a time: the shapes measured below
+        translator.translate([sentence])
+    answers, start = [], time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        tic = time.perf_counter()
+        out = translator.translate([sentences[len(answers) % len(sentences)]])
+        answers.append((200, {"translations": out}, time.perf_counter() - tic))
+    return row(answers, time.perf_counter() - start)
 
 
 def measure_serve(args):
-    """The whole measurement -> (report, table)."""
-    from .inputs import run_seed, test_text
-    from .machine import describe
-    from ..rundir import RunDir
-    clients = [n.strip() for n in args.clients.split(",") if n.strip()]
-    if not clients or not all(n.isdigit() and int(n) >= 1 for n in clients):
+    """The whole measurement -> (report, tables)."""
+    from ..corpus import load_tokenizer
+    from .inputs import run_test_split
+    from .measure import describe
+    from .tables import table
+    clients = [n.strip() for n in args.clients.split(",")]
+    if not all(n.isdigit() and int(n) >= 1 for n in clients):
         raise ConfigError(f"--clients {args.clients}: give client counts such as 1,4,16")
-    clients = [int(n) for n in clients]
-    if args.url:
-        check_url(args.url)
-    sentences = test_text(RunDir(args.run).data_config(), args.max_sentences,
-                          run_seed(args.run))[0]
+    sentences = run_test_split(args.run, args.max_sentences)[0]
     report = {"machine": describe(), "run": str(args.run), "beam": args.beam,
               "seconds": args.seconds, "sentences": len(sentences),
               "one_at_a_time": one_at_a_time(args.run, sentences, args.beam, args.seconds)}
-    log.info("one at a time: %s", report["one_at_a_time"])
-    server = None if args.url else ServerProcess([f"ckpt={args.run}",
-                                                  f"decode.beam_size={args.beam}"])
-    url = args.url or server.url
+    server = ServerProcess([f"ckpt={args.run}", f"decode.beam_size={args.beam}"])
     try:
-        warm = Client(url, args.beam)
         for sentence in sentences[:WARMUP_REQUESTS]:
-            warm.translate(sentence)
-        report["server"] = {}
-        for n in clients:
-            report["server"][str(n)] = under_load(url, sentences, args.beam, n, args.seconds)
-            log.info("%d client(s): %s", n, report["server"][str(n)])
+            request(server.url, "/translate", {"text": [sentence], "beam_size": args.beam})
+        report["server"] = {n: under_load(server.url, sentences, args.beam, int(n), args.seconds)
+                            for n in clients}
         if args.abuse:
-            from ..corpus import load_tokenizer
-            report["abuse"] = abuse(url, load_tokenizer(args.run), sentences, args.beam)
-            log.info("abuse: %s", report["abuse"])
+            report["abuse"] = abuse(server.url, load_tokenizer(args.run), sentences, args.beam)
     finally:
-        if server is not None:
-            report["server_exit_code"] = server.stop()
-    text = table(report)
-    if "abuse" in report:
-        text += "\n\n" + abuse_table(report["abuse"]) + (
-            f"\n\nserver exit code after SIGTERM: {report.get('server_exit_code')}")
-    return report, text
-
-
-def table(report):
+        report["server_exit_code"] = server.stop()
     base = report["one_at_a_time"]["sent_s"]
-    rows = [("one at a time (in process, no HTTP)", "1", report["one_at_a_time"])]
-    rows += [("mtx-serve", n, r) for n, r in report["server"].items()]
-    lines = [f"beam {report['beam']}, {report['seconds']} s per row, one sentence per request",
-             "", "| mode | clients | requests | failed | sent/s | p50 ms | p99 ms | x one at a "
-             "time | requests per batch |", "|---|---|---|---|---|---|---|---|---|"]
-    for mode, n, r in rows:
-        ratio = f"{r['sent_s'] / base:.2f}" if base else "-"
-        lines.append(f"| {mode} | {n} | {r['requests']} | {r['failed']} | {r['sent_s']} | "
-                     f"{r['p50_ms']} | {r['p99_ms']} | {ratio} | "
-                     f"{r.get('requests_per_batch', '-')} |")
-    return "\n".join(lines)
+    rows = [[mode, n, *(r.get(k, "-") for k in ("requests", "failed", "sent_s", "p50_ms",
+                                                "p99_ms")), f"{r['sent_s'] / base:.2f}",
+             r.get("requests_per_batch", "-")] for mode, n, r in
+            [("one at a time (in process, no HTTP)", 1, report["one_at_a_time"])]
+            + [("mtx-serve", n, r) for n, r in report["server"].items()]]
+    text = f"beam {args.beam}, {args.seconds} s per row, one sentence per request\n\n" + table(
+        ["mode", "clients", "requests", "failed", "sent/s", "p50 ms", "p99 ms",
+         "x one at a time", "requests per batch"], rows)
+    if args.abuse:
+        a = report["abuse"]
+        text += (f"\n\nheavy request: {a['heavy_request']}; /health at most {a['health_ms_max']}"
+                 f" ms; heavy and hung-up requests: {', '.join(a['heavy'])}\n\n" + table(
+                     [f"{ORDINARY} ordinary one-sentence requests", "answered", "p50 ms",
+                      "p95 ms", "p99 ms", "max ms"], [[label, *a[key].values()] for label, key in
+                     [("alone", "alone"), (f"just after {HEAVY} heavy + {HANG_UPS} hung up",
+                                           "beside_abuse")]])
+                 + f"\n\nserver exit code after SIGTERM: {report['server_exit_code']}")
+    return report, text
