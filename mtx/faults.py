@@ -1,9 +1,10 @@
-"""Fault injection for the crash tests: ``MTX_KILL_AT=<point>:<n>`` kills this process with
-SIGKILL the n-th time it reaches `point(<point>)`. Points: ``step`` (after a training step is
-queued), ``checkpoint`` (a checkpoint's data files written, its manifest not yet), ``epoch_end`` (an
-epoch's checkpoints written, the resume point `latest` not yet),
-``evaluation`` (inside the end-of-epoch evaluation), ``final_translation`` (while translating the
-test split at the end). Unset, a point costs one dictionary lookup."""
+"""Fault injection for the crash tests: ``MTX_KILL_AT=<point>:<n>[:<SIGNAL>]`` sends this
+process SIGKILL (or the signal named, e.g. SIGTERM) the n-th time it reaches `point(<point>)`.
+Points: ``step`` (after a training step is queued), ``checkpoint`` (a checkpoint's data files
+written, its manifest not yet), ``epoch_end`` (an epoch's checkpoints written, the resume point
+`latest` not yet), ``evaluation`` (inside an evaluation on val: at an epoch's end, then those of
+the final checkpoint choice), ``final_translation`` (before translating each test set at the
+end). Unset, a point costs one dictionary lookup."""
 import os
 import signal
 
@@ -14,9 +15,10 @@ def point(name):
     target = os.environ.get("MTX_KILL_AT")
     if not target:
         return
-    where, _, count = target.partition(":")
+    where, _, rest = target.partition(":")
     if where != name:
         return
+    count, _, signal_name = rest.partition(":")
     _arrivals[name] = _arrivals.get(name, 0) + 1
     if _arrivals[name] == int(count or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.Signals[signal_name or "SIGKILL"])

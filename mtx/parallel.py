@@ -6,6 +6,7 @@ KVStore sums the gradients (over this machine's devices, and with ``dist_sync`` 
 of a cluster started by `mxnet.tools.launch`), and the update divides by the job's token count.
 So the schedule, the step count and the result do not depend on how many devices share a batch.
 """
+import hashlib
 import logging
 
 import mxnet as mx
@@ -14,7 +15,10 @@ import numpy as onp
 
 log = logging.getLogger(__name__)
 
-FLAG_KEY = 1 << 20  # our own KVStore key, far beyond the Trainer's parameter indices
+FLAG_KEY = 1 << 20  # our own KVStore keys, far beyond the Trainer's parameter indices
+DIGEST_KEY = FLAG_KEY + 1
+DIGEST_PARTS = 4    # 64 bits of a SHA-256 as 16-bit parts: their sum over up to 256 workers is
+                    # an integer float32 holds exactly
 
 
 def split_rows(batch, parts):
@@ -38,6 +42,7 @@ class DataParallel:
         self.num_workers = self.kv.num_workers if self.kv else 1
         if self.kv:
             self.kv.init(FLAG_KEY, mx.nd.zeros(1))
+            self.kv.init(DIGEST_KEY, mx.nd.zeros(DIGEST_PARTS))
 
     @property
     def trainer_kvstore(self):
@@ -63,7 +68,22 @@ class DataParallel:
         one, ``flag`` itself). Every worker must call it at the same point."""
         if self.kv is None:
             return bool(flag)
-        self.kv.push(FLAG_KEY, mx.nd.array([1.0 if flag else 0.0]))
-        total = mx.nd.zeros(1)
-        self.kv.pull(FLAG_KEY, out=total)
-        return float(total.asscalar()) > 0
+        return self._sum(FLAG_KEY, [1.0 if flag else 0.0])[0] > 0
+
+    def same(self, text):
+        """True on every worker when ``text`` (e.g. the digest of the checkpoint it restored) is
+        the same on all of them, compared by 64 bits of its SHA-256. Every worker must call it
+        at the same point."""
+        if self.kv is None:
+            return True
+        digest = hashlib.sha256(text.encode()).digest()
+        parts = [float(int.from_bytes(digest[2 * i:2 * i + 2], "big")) for i in range(DIGEST_PARTS)]
+        totals = self._sum(DIGEST_KEY, parts)
+        return not self.any(any(t != p * self.num_workers for t, p in zip(totals, parts)))
+
+    def _sum(self, key, values):
+        """``values`` summed over the workers (a push and a pull of KVStore key ``key``)."""
+        self.kv.push(key, mx.nd.array(values))
+        total = mx.nd.zeros(len(values))
+        self.kv.pull(key, out=total)
+        return [float(v) for v in total.asnumpy()]

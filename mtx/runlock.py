@@ -1,6 +1,7 @@
-"""One writer per run directory: an advisory lock held for the life of a command that writes it.
+"""One writer per run directory: an advisory lock held for the life of a command that writes it
+(training its run, evaluate and heads their out_dir, export its output).
 
-`RunLock(path)` takes an exclusive `flock` on ``<run>/.lock`` and writes the holder's process id,
+`RunLock(path)` takes an exclusive `flock` on ``<run>/.lock`` (or another name in it) and writes the holder's process id,
 host and command line into it. A second writer gets one line (`RunInUse`, exit 2) that names the
 holder. The kernel drops the lock when its process ends, however it ends (``kill -9`` too), so a
 lock file left behind by a dead process never blocks: the next command takes it over.
@@ -21,10 +22,13 @@ class RunInUse(MtxError):
 
 
 class RunLock:
-    """``with RunLock(run_dir):`` the calling process is the run directory's only writer."""
+    """``with RunLock(run_dir):`` the calling process is the run directory's only writer.
+    ``name``: the lock file's name in it; ``other``: where else a user could write instead (the
+    fix in the refusal)."""
 
-    def __init__(self, run_dir):
-        self.path = Path(run_dir) / LOCK_NAME
+    def __init__(self, run_dir, name=LOCK_NAME, other="give another directory "
+                 "(hydra.run.dir=... for training, out_dir=... for evaluate and heads)"):
+        self.path, self.other = Path(run_dir) / name, other
         self._fd = None
 
     def acquire(self):
@@ -39,9 +43,7 @@ class RunLock:
             holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
             raise RunInUse(f"{self.path.parent} is in use by {holder}: one command at a time "
-                           f"writes a run directory; wait for it to end, or give another "
-                           f"directory (hydra.run.dir=... for training, out_dir=... for the "
-                           f"others)") from None
+                           f"writes there; wait for it to end, or {self.other}") from None
         command = " ".join(Path(arg).name if i == 0 else arg for i, arg in enumerate(sys.argv))
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()} ({command[:200]})\n"

@@ -49,9 +49,9 @@ def run_once_or_stop_the_job(cmd, num_attempt, role, taskid, pass_env):
     if code != 0:
         print(f"error: {role} {taskid} exited with code {code} (its messages are above); "
               f"stopping the job", file=sys.stderr, flush=True)
-        for pid in descendants(os.getpid()):
-            try:
-                os.kill(pid, signal.SIGTERM)
+        for pid in descendants(os.getpid()):  # SIGKILL: a worker that would save on SIGTERM
+            try:                                  # waits for the dead one in the KVStore
+                os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         os._exit(1)

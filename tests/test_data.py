@@ -268,7 +268,7 @@ def test_fetch_all_verifies_the_corpus_and_reports_what_it_could_not_get(
 def test_the_final_report_scores_every_available_test_set(multi30k_dir, tmp_path, monkeypatch):
     from types import SimpleNamespace
     from mtx.config import DataConfig
-    from mtx.training.run import test_sets
+    from mtx.training.final import test_sets
     raw = _copy_multi30k(multi30k_dir, tmp_path / "raw")
     _make_test_set(raw, "test_2017_flickr", ("en", "de"), monkeypatch)
     monkeypatch.setattr(multi30k, "MULTI30K_URL", "http://127.0.0.1:9/")  # never reached

@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,30 +88,58 @@ def test_unknown_kvstore_is_a_config_error():
         TrainConfig(kvstore="nccl")
 
 
-@pytest.mark.slow
-def test_local_cluster_trains_the_same_parameters_on_different_shards(tmp_path):
-    """Scheduler, one server and two workers on loopback, started by MXNet's launcher."""
-    run_dir = tmp_path / "run"
+CLUSTER_TRAINING = ["experiment=smoke", "train.kvstore=dist_sync", "data.sizes=[1000,50,50]",
+                    "train.log_every=5", "train.save_every_minutes=0"]
+WORKER_DIGESTS = (r"worker (\d) of 2: trained on (\d+) sentences \(ids digest (\w+)\) in (\d+) "
+                  r"steps; parameter digest (\w+)")
+
+
+def _launch(tmp_path, *train_args, wrapper=(), env=None, timeout=240):
+    """Scheduler, one server and two workers on loopback, started by scripts/launch.py with
+    MXNet's local launcher, each running ``wrapper`` + scripts/train.py ``train_args`` ->
+    (exit code, everything they printed)."""
     command = [sys.executable, str(ROOT / "scripts" / "launch.py"), "--launcher", "local",
-               "-n", "2", "-s", "1",
-               sys.executable, str(ROOT / "scripts" / "train.py"), "experiment=smoke",
-               "train.kvstore=dist_sync", f"hydra.run.dir={run_dir}",
-               f"paths.data_dir={tmp_path / 'cache'}", "data.sizes=[1000,50,50]"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+               "-n", "2", "-s", "1", *wrapper, sys.executable, str(ROOT / "scripts" / "train.py"),
+               *train_args]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
+                            start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=240)
+        out, _ = proc.communicate(timeout=timeout)
     finally:  # the launcher, its scheduler, server and workers are one process group
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    log = out.decode(errors="replace")
-    assert proc.returncode == 0, log[-3000:]
-    workers = re.findall(r"worker (\d) of 2: trained on (\d+) sentences \(ids digest (\w+)\) "
-                         r"in (\d+) steps; parameter digest (\w+)", log)
+    return proc.returncode, out.decode(errors="replace")
+
+
+def _per_worker(tmp_path, script):
+    """A wrapper command that runs ``script`` (bash; $ONE is 1 in worker task 1, else 0) and
+    then the command it is given."""
+    path = tmp_path / "per_worker.sh"
+    path.write_text("#!/bin/bash\n"
+                    'ONE=0; [ "$DMLC_ROLE" = worker ] && [ "$DMLC_TASK_ID" = 1 ] && ONE=1\n'
+                    f"{script}\nexec \"$@\"\n")
+    path.chmod(0o755)
+    return [str(path)]
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory):
+    """The uninterrupted two-worker run: (its directory, the workers' digests, its output)."""
+    tmp_path = tmp_path_factory.mktemp("cluster")
+    run_dir = tmp_path / "run"
+    code, log = _launch(tmp_path, *CLUSTER_TRAINING, f"hydra.run.dir={run_dir}",
+                        f"paths.data_dir={tmp_path / 'cache'}")
+    assert code == 0, log[-3000:]
+    return run_dir, sorted(re.findall(WORKER_DIGESTS, log)), log
+
+
+@pytest.mark.slow
+def test_local_cluster_trains_the_same_parameters_on_different_shards(cluster_run):
+    run_dir, workers, log = cluster_run
     assert sorted(w[0] for w in workers) == ["0", "1"], log[-3000:]
-    (_, seen0, ids0, steps0, params0), (_, seen1, ids1, steps1, params1) = sorted(workers)
+    (_, seen0, ids0, steps0, params0), (_, seen1, ids1, steps1, params1) = workers
     assert params0 == params1                      # identical parameters on both workers
     assert ids0 != ids1 and steps0 == steps1       # different shards, the same updates
     assert int(seen0) + int(seen1) == 3 * 1000     # together: every pair of 3 epochs once
@@ -118,6 +147,46 @@ def test_local_cluster_trains_the_same_parameters_on_different_shards(tmp_path):
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("epoch_*.json"))
     assert checkpoints == ["epoch_001.json", "epoch_002.json", "epoch_003.json"]
     assert (run_dir / "report.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_step_stops_the_job_which_resumes_to_the_same_parameters(
+        cluster_run, tmp_path):
+    """kill -9 of worker task 1 inside a step of the second epoch: the launcher stops the whole
+    job with one line (no hang); the job started again with train.resume=true ends with the
+    parameters of the uninterrupted job."""
+    run_dir, uninterrupted, _ = cluster_run
+    resumed_dir, data = tmp_path / "run", f"paths.data_dir={run_dir.parent / 'cache'}"
+    killer = _per_worker(tmp_path, '[ $ONE = 1 ] && export MTX_KILL_AT=step:30')
+    code, log = _launch(tmp_path, *CLUSTER_TRAINING, f"hydra.run.dir={resumed_dir}", data,
+                        wrapper=killer)
+    assert code == 1, log[-3000:]
+    assert re.search(r"error: worker \d exited with code (-9|137) .*stopping the job", log), log[-3000:]
+    code, log = _launch(tmp_path, *CLUSTER_TRAINING, f"hydra.run.dir={resumed_dir}", data,
+                        "train.resume=true")
+    assert code == 0 and "resumed from latest" in log, log[-3000:]
+    resumed = sorted(re.findall(WORKER_DIGESTS, log))
+    assert [w[4] for w in resumed] == [w[4] for w in uninterrupted], log[-3000:]
+
+
+@pytest.mark.slow
+def test_workers_that_find_different_checkpoints_stop_before_training(cluster_run, tmp_path):
+    """Worker task 1 sees an older copy of the run directory (as through a stale network file
+    system cache): the workers compare what they found before the first step, and the job stops
+    with one line naming the problem."""
+    run_dir, _, _ = cluster_run
+    current, stale = tmp_path / "current", tmp_path / "stale"
+    shutil.copytree(run_dir, current)
+    shutil.copytree(run_dir, stale)
+    for name in ("latest.json", "epoch_003.json"):
+        (stale / "checkpoints" / name).unlink()
+    views = _per_worker(tmp_path, f'RUN={current}; [ $ONE = 1 ] && RUN={stale}\n'
+                                  'set -- "$@" hydra.run.dir=$RUN')
+    code, log = _launch(tmp_path, *CLUSTER_TRAINING, "train.resume=true", "train.max_epochs=4",
+                        f"paths.data_dir={run_dir.parent / 'cache'}", wrapper=views)
+    assert code == 1, log[-3000:]
+    assert re.search(r"error: worker \d found (latest|epoch_002) \(step \d+\) in .*, another "
+                     r"worker another one: every worker must see the run directory", log), log[-3000:]
 
 
 @pytest.mark.slow
@@ -139,3 +208,18 @@ def test_a_failing_worker_stops_the_whole_job(tmp_path):
     log = out.decode(errors="replace")
     assert proc.returncode == 1, log[-2000:]
     assert "is not a readable directory" in log and "stopping the job" in log
+
+
+def test_every_worker_restarts_its_save_clock_when_the_job_saves(tmp_path):
+    """A worker other than rank 0 writes no resume point, but when the job saves one it counts
+    `train.save_every_minutes` again from there (else it would ask for one at every log point)."""
+    from types import SimpleNamespace
+    from mtx.training.checkpointing import Checkpointing
+    from mtx.rundir import RunDir
+    worker = SimpleNamespace(distributed=True, is_chief=False, any=lambda flag: True)
+    checkpointing = Checkpointing(RunDir(tmp_path), pieces=None,
+                                  train_cfg=TrainConfig(save_every_minutes=5))
+    checkpointing.last_save -= 6 * 60  # a resume point is due
+    assert checkpointing.due()
+    checkpointing.at_log_point(state=None, minutes=6.0, parallel=worker)
+    assert not checkpointing.due() and not any(tmp_path.iterdir())

@@ -172,18 +172,49 @@ def test_a_tampered_optimizer_state_is_never_unpickled(tmp_path):
     assert not marker.exists()
 
 
+STOPS = [f"step:{_draw.randint(1, STEPS)}:SIGTERM",   # between two steps
+         f"step:{_draw.randint(1, STEPS)}:SIGINT",    # Ctrl-C, likewise
+         f"evaluation:{_draw.randint(1, 3)}:SIGUSR1", # Slurm's --signal, in an epoch's evaluation
+         "evaluation:4:SIGTERM",                      # choosing the final checkpoint
+         "final_translation:1:SIGTERM"]               # translating the test split at the end
+
+
 @pytest.mark.slow
-def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
-    run = _train(tmp_path / "run", "train.max_epochs=50")
-    first = tmp_path / "run" / "checkpoints" / "epoch_001.json"
+@pytest.mark.parametrize("stop_at", STOPS)
+def test_a_stop_signal_then_resume_gives_the_uninterrupted_run(stop_at, uninterrupted, tmp_path):
+    """A scheduler's SIGTERM or SIGUSR1, or Ctrl-C, at the moment ``stop_at`` (drawn with seed
+    KILL_SEED): one line saying how to continue, exit 75 (Ctrl-C: ``interrupted``, 130); then
+    `train.resume=true` ends as if never stopped, without redoing finished test sets."""
+    print(f"stopping at {stop_at} (seed {KILL_SEED})")
+    run_dir, signal_name = tmp_path / "run", stop_at.rsplit(":", 1)[1]
+    code, line = (130, "interrupted") if signal_name == "SIGINT" else (
+        75, f"stopped by {signal_name}: ")
+    err = _finish(_train(run_dir, kill_at=stop_at), code)
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(line)
+    assert "train.resume=true" in (run_dir / "train.log").read_text()
+    _finish(_train(run_dir, "train.resume=true"))
+    assert _outcome(run_dir) == uninterrupted
+    if stop_at.startswith("final_translation"):
+        assert ("the final report goes on after the checkpoint choice, test_2016_flickr"
+                in (run_dir / "train.log").read_text())
+
+
+@pytest.mark.slow
+def test_sigterm_from_outside_saves_the_step_it_stopped_at(uninterrupted, tmp_path):
+    """SIGTERM from another process (as Slurm or Kubernetes send it), after the first epoch:
+    a resume point at the next step boundary, exit 75, and the resumed run as never stopped."""
+    run_dir = tmp_path / "run"
+    run = _train(run_dir)
+    first = run_dir / "checkpoints" / "epoch_001.json"
     deadline = time.time() + 240
     while not first.exists() and time.time() < deadline and run.poll() is None:
         time.sleep(0.05)
-    run.send_signal(signal.SIGINT)
-    err = _finish(run, 130)
-    assert "Traceback" not in err and err.strip().splitlines()[-1] == "interrupted"
-    manifest = json.loads((tmp_path / "run" / "checkpoints" / "interrupted.json").read_text())
-    assert (tmp_path / "run" / "checkpoints" / manifest["files"]["params"]).is_file()
+    run.send_signal(signal.SIGTERM)
+    err = _finish(run, 75)
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "stopped by SIGTERM: step ")
+    _finish(_train(run_dir, "train.resume=true"))
+    assert _outcome(run_dir) == uninterrupted
 
 
 def test_full_disk_keeps_the_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 checkpoint rotation, the wall-clock budget, and damaged files named in one line."""
 import dataclasses
 import json
+import signal
 from pathlib import Path
 
 import mxnet as mx
@@ -102,33 +103,31 @@ def test_the_wall_clock_budget_stops_inside_an_epoch(tmp_path):
 
 
 def test_a_resumed_run_continues_in_the_middle_of_an_epoch(tmp_path):
-    """Saved at a log point inside the epoch, restored into a fresh Fit: the same parameters
-    as training straight through (dropout reseeded at log points)."""
+    """Stopped by Ctrl-C between two log points, restored into a fresh Fit: it goes on from the
+    step where it stopped, to the same parameters as training straight through."""
     straight = _fit(tmp_path / "a", max_epochs=1, log_every=3)
     straight.run()
     first = _fit(tmp_path / "b", max_epochs=1, log_every=3, save_every_minutes=0)
-    batches = 7
-    first.train_epoch = _stop_after(first, batches)
+    _stop_after(first, 7)
     with pytest.raises(KeyboardInterrupt):
         first.run()
     resumed = _fit(tmp_path / "b", max_epochs=1, log_every=3, save_every_minutes=0)
-    assert resumed.restore() and resumed.state.batch_in_epoch == 6 and resumed.state.epoch == 0
+    assert resumed.restore() and resumed.state.batch_in_epoch == 7 and resumed.state.epoch == 0
     resumed.run()
     assert resumed.state.step == straight.state.step
     for name, value in _params(straight.model).items():
         assert onp.array_equal(value, _params(resumed.model)[name]), name
 
 
-def _stop_after(fit, steps):
-    """The epoch as usual, but interrupted (as by Ctrl-C) after ``steps`` updates."""
-    original = fit.check_interrupt
+def _stop_after(fit, steps, signum=signal.SIGINT):
+    """A stop signal (default Ctrl-C) arrives during update ``steps`` of ``fit``."""
+    requested = fit.stop_signals.requested
 
-    def check():
-        if fit.state.step >= steps:
-            raise KeyboardInterrupt
-        original()
-    fit.check_interrupt = check
-    return fit.train_epoch
+    def arrived(*args):
+        if fit.state.step == steps and fit.stop_signals.received is None:
+            fit.stop_signals.received = signal.Signals(signum)
+        return requested(*args)
+    fit.stop_signals.requested = arrived
 
 
 @pytest.mark.parametrize("damaged", ["checkpoints/best.json", "model.json", "data.json",
@@ -232,16 +231,18 @@ def test_a_resume_with_other_training_settings_is_refused(tmp_path):
             f"data.max_len=128 (now 64); a resumed run must take the same steps") in str(err.value)
 
 
-def test_a_run_stopped_before_its_first_resume_point_starts_again(tmp_path, caplog):
-    """Ctrl-C before the first resume point leaves only `interrupted` (no optimizer state): the
-    resume starts the run again instead of refusing it."""
-    fit = _fit(tmp_path)
-    with caplog.at_level("WARNING"):
-        fit.checkpointing.interrupted(step=3)
-    assert "no resume point yet" in caplog.text
-    assert [p.stem for p in fit.run_dir.checkpoints.manifests()] == ["interrupted"]
+def test_a_stop_before_the_first_log_point_leaves_a_resume_point(tmp_path):
+    """SIGTERM three steps in, long before the first log point: the resume point is that
+    step, and the message says how to continue."""
+    from mtx.errors import Preempted
+    fit = _fit(tmp_path, log_every=1000)
+    _stop_after(fit, 3, signal.SIGTERM)
+    with pytest.raises(Preempted, match=r"stopped by SIGTERM: step 3 is saved; "
+                                        r"train.resume=true hydra.run.dir=.* continues the run"):
+        fit.run()
+    assert [p.stem for p in fit.run_dir.checkpoints.manifests()] == ["latest"]
     resumed = _fit(tmp_path, resume=True)
-    assert resumed.restore() is False and resumed.state.step == 0
+    assert resumed.restore() and resumed.state.step == 3
 
 
 def test_epoch_checkpoints_sort_by_number(tmp_path):

@@ -16,16 +16,17 @@ from tests.conftest import ROOT, run_script
 HOLD = textwrap.dedent("""
     import sys, time
     from mtx.runlock import RunLock
-    with RunLock(sys.argv[1]):
+    with RunLock(sys.argv[1], *sys.argv[2:]):
         print("held", flush=True)
         time.sleep(60)
 """)
 
 
-def hold_in_child(run_dir):
-    """A child process that holds the lock of ``run_dir`` until killed."""
-    child = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE,
-                             text=True)
+def hold_in_child(run_dir, *name):
+    """A child process that holds the lock of ``run_dir`` (its lock file ``name``) until
+    killed."""
+    child = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir), *name],
+                             stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "held"
     return child
 
@@ -85,3 +86,27 @@ def test_two_trainings_into_one_directory_one_trains_the_other_is_refused(tmp_pa
     store = RunDir(run_dir).checkpoints
     for name in ["latest", *store.epoch_names()]:
         store.verify(name)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "heads", "export"])
+def test_evaluate_heads_and_export_refuse_an_output_another_process_writes(toy_run, tmp_path,
+                                                                             command):
+    """evaluate and heads hold their out_dir, export its output= (a lock beside it): a second
+    writer is one line naming the holder, exit 2, and nothing of it is written."""
+    (tmp_path / "src.txt").write_text("a b c\n")
+    args = {"evaluate": [f"source={tmp_path / 'src.txt'}", f"reference={tmp_path / 'src.txt'}",
+                         f"out_dir={tmp_path / 'out'}"],
+            "heads": [f"out_dir={tmp_path / 'out'}"],
+            "export": [f"output={tmp_path / 'out'}"]}[command]
+    held = (tmp_path,  ".out.lock") if command == "export" else (tmp_path / "out",)
+    child = hold_in_child(*held)
+    try:
+        done = run_script(command, f"ckpt={toy_run}", *args)
+    finally:
+        child.kill()
+        child.wait()
+    errors = done.stderr.decode().strip().splitlines()
+    assert done.returncode == USER_ERROR and len(errors) == 1, errors
+    assert f"is in use by process {child.pid}" in errors[0]
+    assert not (tmp_path / "out").exists() or [p.name for p in (tmp_path / "out").iterdir()] == [
+        ".lock"]

@@ -12,6 +12,7 @@ from ..files import atomic_write_json, atomic_write_text
 from ..lines import read_parallel
 from ..multi30k import load_split
 from ..rundir import require_run
+from ..runlock import RunLock
 from ..search import load_decoder
 from .entry import decoding_options, hydra_command
 from .paths import writable_out_dir
@@ -58,6 +59,12 @@ def evaluate(cfg):
     run.locate_checkpoint(cfg.checkpoint)
     name, sources, references = texts or read_split(cfg, run.data_config())
     out_dir = writable_out_dir(cfg, "eval")
+    with RunLock(out_dir):
+        return evaluate_into(cfg, out_dir, name, sources, references, decode_cfg, ctx)
+
+
+def evaluate_into(cfg, out_dir, name, sources, references, decode_cfg, ctx):
+    """`evaluate` once its inputs are checked, writing into ``out_dir`` (held)."""
     model, tokenizer, data_cfg = load_decoder(cfg.ckpt, ctx, cfg.checkpoint)
     tgt_lang = data_cfg.tgt_lang if data_cfg else "en"
     hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,

@@ -3,6 +3,8 @@
 - a user error (`mtx.errors.MtxError`; a missing, unreadable or unwritable file; a bad override,
   an unknown key, a missing ``???`` value): ``error: <what and how to fix>``, exit 2;
 - Ctrl-C: ``interrupted``, exit 130;
+- SIGTERM or SIGUSR1 (a scheduler pre-empting the job) in training: ``stopped by SIGTERM: <where
+  the run continues>``, exit 75;
 - a closed pipe (``... | head``): nothing more, exit 141;
 - anything else: ``error: internal error (<type>: <message>); this is a bug, please report it
   with the log (traceback in <file>)``, exit 1. The traceback goes to the command's log file
@@ -20,7 +22,7 @@ import sys
 import tempfile
 import traceback
 
-from ..errors import BUG, INTERRUPTED, USER_ERROR, MtxError
+from ..errors import BUG, INTERRUPTED, PREEMPTED, USER_ERROR, MtxError, Preempted
 
 log = logging.getLogger("mtx")
 
@@ -134,6 +136,9 @@ def one_line_errors():
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         _exit(INTERRUPTED)
+    except Preempted as stop:  # its message says where the run continues
+        print(stop, file=sys.stderr)
+        _exit(PREEMPTED)
     except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         _exit(BROKEN_PIPE)

@@ -24,6 +24,7 @@ from ..head_study import (GatedScorer, StudySettings, choose_pruning, curves, im
                           save_pruned_run)
 from ..pictures import gate_training_plot, importance_heatmaps, pruning_plot
 from ..rundir import RunDir
+from ..runlock import RunLock
 from ..search import load_decoder
 from ..training import continue_training
 from .entry import decoding_options, hydra_command, typed
@@ -47,8 +48,9 @@ def removal_orders(settings, model, scores, src_ids, tgt_ids, ctx):
     return orders
 
 
-def setup(cfg):
-    """The run, its corpus and every setting of the study, checked before any work."""
+def setup(cfg, out):
+    """The run, its corpus and every setting of the study, checked before any work; the
+    study writes into ``out`` (held)."""
     settings = StudySettings.from_config(cfg)
     decode_cfg, ctx = decoding_options(cfg)
     run_dir = Path(cfg.ckpt)
@@ -57,7 +59,6 @@ def setup(cfg):
         raise ConfigError(f"ckpt={cfg.ckpt} keeps {model.cfg.heads_per_layer} heads per attention "
                           f"layer (a pruned model): mtx-heads studies a model with the same "
                           f"heads in every layer; give the run it was pruned from")
-    out = writable_out_dir(cfg, "heads")
     if (out / "pruned").exists():
         raise ConfigError(f"{out / 'pruned'} holds the pruned model of an earlier study; give "
                           f"this one another out_dir= (or delete that folder)")
@@ -145,7 +146,7 @@ def prune_and_time(s, source, gates, meta):
     against the full model."""
     pruned = heads.prune(source, gates, s.ctx)
     # built beside pruned/ and renamed to it when whole: an interrupted study leaves no pruned/
-    for partial in s.out.glob(".pruned.partial-*"):  # an interrupted study's
+    for partial in s.out.glob(".pruned.partial-*"):  # a dead study's (this one holds out/)
         shutil.rmtree(partial, ignore_errors=True)
     staging = s.out / f".pruned.partial-{os.getpid()}"
     models = {"full": s.model}  # its one traced graph serves gated and plain calls
@@ -174,11 +175,13 @@ def prune_and_time(s, source, gates, meta):
 def study_heads(cfg):
     """The whole study of the run ``cfg.ckpt``; returns speed.json's dict."""
     use_numpy_interface()
-    s = setup(cfg)
-    if s.settings.method == "l0":
-        speed = prune_and_time(s, *learned_gates(s))
-    else:
-        speed = prune_and_time(s, *ordered_gates(s, *score_heads(s)))
+    out = writable_out_dir(cfg, "heads")
+    with RunLock(out):
+        s = setup(cfg, out)
+        if s.settings.method == "l0":
+            speed = prune_and_time(s, *learned_gates(s))
+        else:
+            speed = prune_and_time(s, *ordered_gates(s, *score_heads(s)))
     print(json.dumps({k: speed[k] for k in ("removed_heads", "speedup")}))
     return speed
 

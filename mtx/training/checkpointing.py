@@ -1,6 +1,7 @@
 """When the training loop checkpoints and where it resumes: a resume point (`latest`) every
 `train.save_every_minutes` and at every epoch's end, epoch checkpoints kept `train.keep_last`
 deep (at least `train.average_last`), `best`, and resume from the newest intact one."""
+import json
 import logging
 import time
 
@@ -47,40 +48,50 @@ class Checkpointing:
         due = self.due()
         if parallel.distributed:
             due = parallel.any(due)
+        if due:
+            self.last_save = time.time()  # on every worker, so that they agree again next time
         if due and parallel.is_chief:
             state.minutes = minutes
             self.resume_point(state)
 
-    def interrupted(self, step):
-        """The model at Ctrl-C, as checkpoint `interrupted` (not a resume point)."""
-        self.store.save("interrupted", self.pieces.model, ema=self.pieces.ema, step=step)
-        where = ("continues from the last resume point" if self.store.resume_points() else
-                 "starts it again (no resume point yet: the first comes after "
-                 "train.save_every_minutes)")
-        log.warning("interrupted at step %d: the model is checkpoint 'interrupted'; "
-                    "train.resume=true hydra.run.dir=%s %s", step, self.run.path, where)
-
-    def restore(self):
+    def restore(self, parallel):
         """Load the newest intact resume point, `latest`, else the newest intact epoch checkpoint
         (a damaged one is skipped with a warning); returns its `TrainState`, or None when the run
-        has no resume point yet (stopped before its first: it starts again)."""
-        model = self.pieces.model
+        has no resume point yet (stopped before its first: it starts again). The workers of a
+        cluster (``parallel``) first check that they all found the same one (files and state):
+        a worker with a stale view of the run directory would diverge from the others."""
+        found = self.newest_intact()
+        if not parallel.same(json.dumps(found and found[1:], sort_keys=True)):
+            what = f"{found[0]} (step {found[2]['step']})" if found else "no checkpoint"
+            raise CheckpointError(
+                f"worker {parallel.rank} found {what} in {self.run.path}, another worker another "
+                f"one: every worker must see the run directory as rank 0 wrote it (a shared file "
+                f"system's stale cache? another hydra.run.dir?); fix that, then resume again")
+        if found is None:
+            return None
+        name, sha256, values = found
+        state = TrainState.from_dict(values)
+        self.store.load(self.store.verify(name, self.pieces.model.cfg), self.pieces.model,
+                        self.pieces.ctxs, self.pieces.trainer, self.pieces.ema)
+        log.info("resumed from %s (epoch %d, batch %d of the next, step %d)", name, state.epoch,
+                 state.batch_in_epoch, state.step)
+        return state
+
+    def newest_intact(self):
+        """(name, files' SHA-256, training state) of the newest resume point whose files are
+        whole and which holds a training state; None if the run has none; CheckpointError
+        when it has some, all damaged."""
         names, problem = self.store.resume_points(), None
         for name in names:
             try:
-                manifest = self.store.verify(name, model.cfg)
+                manifest = self.store.verify(name, self.pieces.model.cfg)
                 if not isinstance(manifest.get("state"), dict):
                     raise CheckpointError(f"{name} holds no training state to resume from")
-                state = TrainState.from_dict(manifest["state"])
-                self.store.load(manifest, model, self.pieces.ctxs, self.pieces.trainer,
-                                self.pieces.ema)
+                TrainState.from_dict(manifest["state"])
+                return name, manifest["sha256"], manifest["state"]
             except CheckpointError as err:
                 log.warning("skipping %s: %s", name, err)
                 problem = problem or err  # the newest's
-                continue
-            log.info("resumed from %s (epoch %d, batch %d of the next, step %d)", name,
-                     state.epoch, state.batch_in_epoch, state.step)
-            return state
         if names:
             raise CheckpointError(f"{self.run.path}: none of its {len(names)} checkpoints can be "
                                   f"resumed (the newest: {problem}); resume with the run's own "

@@ -1,7 +1,14 @@
-"""What stops training: the wall-clock budget (`Clock`) and Ctrl-C (`CtrlC`)."""
+"""What stops training: the wall-clock budget (`Clock`) and the stop signals (`StopSignals`):
+Ctrl-C, and the SIGTERM or SIGUSR1 a scheduler sends before it pre-empts a job."""
+import logging
 import signal
 import threading
 import time
+
+from ..errors import Preempted
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+log = logging.getLogger(__name__)
 
 
 class Clock:
@@ -19,29 +26,52 @@ class Clock:
         return self.max_minutes is not None and minutes >= self.max_minutes
 
 
-class CtrlC:
-    """While active (``with``), the first Ctrl-C (SIGINT) is only noted and acted on between
-    steps (`check`): raised from a signal handler, it could land in an array's __del__, where
-    Python drops it. A second one raises at once. Outside the main thread it does nothing."""
+class StopSignals:
+    """While active (``with``; re-entrant), the first Ctrl-C (SIGINT), SIGTERM or SIGUSR1 is only
+    noted (`received`): the training loop saves a resume point at its next step boundary and then
+    calls `stop`, which raises KeyboardInterrupt for Ctrl-C and `Preempted` for the others.
+    Raised from a signal handler, the exception could land in an array's __del__, where Python
+    drops it, or between a checkpoint's files. A second signal raises at once. Outside the main
+    thread it does nothing."""
 
     def __init__(self):
-        self.requested, self._previous = False, None
+        self.received, self._previous, self._depth = None, {}, 0
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        self._depth += 1
+        if self._depth == 1 and threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        self._depth -= 1
+        if self._depth == 0:
+            for number, handler in self._previous.items():
+                signal.signal(number, handler)
+            self._previous = {}
 
-    def _on_sigint(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
+    def _on_signal(self, number, frame):
+        if self.received is not None:
+            raise self._exception(number, "a second stop signal")
+        self.received = signal.Signals(number)
 
-    def check(self):
-        if self.requested:
-            raise KeyboardInterrupt
+    def requested(self, parallel, at_log_point=True):
+        """Has a stop signal arrived? One process checks after every step; the workers of a
+        cluster (`DataParallel` ``parallel``) agree at log points and epoch ends, where all of
+        them are."""
+        if parallel.distributed:
+            return at_log_point and parallel.any(self.received is not None)
+        return self.received is not None
+
+    def stop(self, saved):
+        """Log and raise the received signal's exception (another worker's, when this one
+        received none); ``saved`` says where the run continues (the exception's message)."""
+        log.warning("stopped: %s", saved)
+        raise self._exception(self.received, saved)
+
+    @staticmethod
+    def _exception(number, saved):
+        if number == signal.SIGINT:
+            return KeyboardInterrupt()
+        name = signal.Signals(number).name if number is not None else "another worker's signal"
+        return Preempted(f"stopped by {name}: {saved}")

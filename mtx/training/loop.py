@@ -1,9 +1,10 @@
 """The training loop: epochs of bucketed batches, a resume point every few minutes and at every
-epoch's end, validation, the best checkpoint, early stopping, the wall-clock budget, Ctrl-C.
+epoch's end, validation, the best checkpoint, early stopping, the wall-clock budget, and the stop
+signals (Ctrl-C, a scheduler's SIGTERM or SIGUSR1: a resume point at the next step boundary).
 
-Determinism: epoch e's batch order comes from `epoch_seed`, and dropout is reseeded at every log
-point (`position_seed`); mid-epoch checkpoints are written only at log points, so a run resumed
-from any checkpoint reaches the parameters of the uninterrupted run (CPU, fixed seed).
+Determinism: epoch e's batch order comes from `epoch_seed`, and dropout is reseeded after every
+step (`position_seed`), so every step boundary can be a resume point: a run resumed from any
+checkpoint reaches the parameters of the uninterrupted run (CPU, fixed seed).
 """
 import contextlib
 import logging
@@ -17,7 +18,7 @@ from ..batching import bucket_batches
 from ..devices import seed_everything
 from ..schedule import inverse_sqrt_warmup
 from .checkpointing import Checkpointing
-from .control import Clock, CtrlC
+from .control import Clock, StopSignals
 from .state import TrainState, epoch_seed, position_seed
 from .steps import LossMeter, evaluate, train_step
 
@@ -37,22 +38,21 @@ class Fit:
         self.train_src, self.train_tgt = train_pairs
         self.times_seen = onp.zeros(len(self.train_src), "int64")  # per training pair, here
         self.checkpointing = Checkpointing(run, pieces, train_cfg)
-        self.clock, self.ctrl_c = Clock(train_cfg.max_minutes), CtrlC()
+        self.clock, self.stop_signals = Clock(train_cfg.max_minutes), StopSignals()
 
     @property
     def model(self):
         return self.pieces.model
 
     def restore(self):
-        """Continue from the newest intact checkpoint (`Checkpointing.restore`); True when there
-        was one."""
-        state = self.checkpointing.restore()
+        """Continue from the newest intact checkpoint (`Checkpointing.restore`, the same on
+        every worker); True when there was one."""
+        state = self.checkpointing.restore(self.parallel)
         if self.parallel.is_chief:  # the records of what is trained again go
             self.run_dir.records.keep_until(*((state.epoch, state.step) if state else (0, 0)))
-        if state is None:
-            return False
-        self.state, self.clock = state, Clock(self.train_cfg.max_minutes, state.minutes)
-        return True
+        if state is not None:
+            self.state, self.clock = state, Clock(self.train_cfg.max_minutes, state.minutes)
+        return state is not None
 
     def train_epoch(self):
         """The rest of the current epoch (all of it unless resumed inside it). Returns False
@@ -67,14 +67,19 @@ class Fit:
                 epoch_log.add(train_step(self.pieces, parallel, batch, state.step, cfg,
                                          self.times_seen), batch.num_tgt_tokens)
                 faults.point("step")
-                if state.batch_in_epoch % cfg.log_every == 0 and state.batch_in_epoch < len(batches):
+                at_log_point = (state.batch_in_epoch % cfg.log_every == 0
+                                and state.batch_in_epoch < len(batches))
+                if at_log_point:
                     epoch_log.log_point()
+                if self.stop_signals.requested(parallel, at_log_point):
+                    epoch_log.record()
+                    self.stop_here(saved=False)
+                if at_log_point:
                     if parallel.any(self.clock.out_of_time()):
                         break  # no resume point past the budget: a resume redoes the epoch's end
                     self.checkpointing.at_log_point(state, self.clock.minutes(), parallel)
                 elif not parallel.distributed and self.clock.out_of_time():
                     break  # one process: the budget is checked after every step
-                self.check_interrupt()
             else:
                 finished = True
             epoch_log.record()
@@ -98,25 +103,26 @@ class Fit:
         state.start_epoch()
         state.minutes = self.clock.minutes()
         self.checkpointing.epoch_end(state, record["valid/bleu"], improved)
-        log.info("epoch %d step %d train loss %.3f val loss %.3f val BLEU %s tok/s %.0f (%.1f min)",
-                 *(record[k] for k in ("epoch", "step", "train/loss", "valid/loss", "valid/bleu",
-                                       "train/tok_s", "wall_minutes")))
+        log_epoch(record)
 
     def run(self):
-        """Train until the budget, max_epochs or early stopping; returns the minutes trained.
-        Ctrl-C (SIGINT) saves the model as the `interrupted` checkpoint and re-raises."""
+        """Train until the budget, max_epochs or early stopping; returns the minutes trained. A
+        stop signal saves a resume point at the next step boundary (in the end-of-epoch
+        evaluation: the epoch's checkpoint) and raises KeyboardInterrupt or `Preempted`."""
         try:
-            with self.ctrl_c:
+            with self.stop_signals:
                 return self._run()
-        except KeyboardInterrupt:
-            if self.parallel.is_chief:
-                self.checkpointing.interrupted(self.state.step)
-            raise
         finally:
             self.run_dir.records.close()  # flushed whatever ends the run
 
-    def check_interrupt(self):
-        self.ctrl_c.check()
+    def stop_here(self, saved=True):
+        """Stop at this step boundary: a resume point (rank 0 writes it, unless ``saved``
+        already is one), then the signal's exception naming how to continue."""
+        if self.parallel.is_chief and not saved:
+            self.state.minutes = self.clock.minutes()
+            self.checkpointing.resume_point(self.state)
+        self.stop_signals.stop(f"step {self.state.step} is saved; train.resume=true "
+                               f"hydra.run.dir={self.run_dir.path} continues the run")
 
     def _run(self):
         """Epochs; one cut short by the budget ends like any other (validated, checkpointed)."""
@@ -131,13 +137,21 @@ class Fit:
             if self.parallel.is_chief:  # evaluation and checkpoints: rank 0 only
                 self.end_of_epoch()
             state.start_epoch()
-            self.check_interrupt()
+            if self.stop_signals.requested(self.parallel):
+                self.stop_here()  # the epoch's checkpoint is the resume point
             stop = stop_reason(state, self.train_cfg, self.clock, self.parallel.is_chief,
                                cut_short)
             if self.parallel.any(stop is not None):  # all workers stop after the same epoch
                 log.info("%s", stop or "another worker stopped the job")
                 break
         return self.clock.minutes()
+
+
+def log_epoch(record):
+    """One line for the epoch that ended (its `TrainState.end_epoch` record)."""
+    log.info("epoch %d step %d train loss %.3f val loss %.3f val BLEU %s tok/s %.0f (%.1f min)",
+             *(record[k] for k in ("epoch", "step", "train/loss", "valid/loss", "valid/bleu",
+                                   "train/tok_s", "wall_minutes")))
 
 
 def stop_reason(state, train_cfg, clock, is_chief, cut_short):
@@ -157,7 +171,7 @@ class EpochLog:
     device only at log points and the end: the loop's only device->host reads), the seconds
     trained, the step records (into ``records``, a `RunRecords`, or None on workers other than
     the chief, which also show no progress bar) and dropout, reseeded where the epoch starts
-    (or resumes) and at every log point."""
+    (or resumes) and after every step."""
 
     def __init__(self, state, train_cfg, clock, records, num_batches, seed):
         self.state, self.train_cfg, self.clock, self.records = state, train_cfg, clock, records
@@ -185,6 +199,7 @@ class EpochLog:
         self.state.batch_in_epoch += 1
         self.state.epoch_job_tokens += tokens
         self.bar.update()
+        self.reseed()
 
     def record(self):
         """Read the queued losses and record the steps since the last record (steps.jsonl,
@@ -200,9 +215,8 @@ class EpochLog:
             self.records.append_step(record)
 
     def log_point(self):
-        """Every `train.log_every` batches: record the steps, show them, reseed dropout."""
+        """Every `train.log_every` batches: record the steps and show them."""
         self.record()
         state = self.state
         self.bar.set_postfix(loss=f"{state.epoch_loss:.3f}",
                              tok_s=f"{state.epoch_job_tokens / state.epoch_seconds:.0f}")
-        self.reseed()

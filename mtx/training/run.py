@@ -4,62 +4,20 @@ import contextlib
 import dataclasses
 import logging
 
-from .. import faults, kernels
 from ..corpus import (load_corpus, load_tokenizer, save_tokenizer, tokenizer_file,
                       tokenizer_sha256)
 from ..devices import resolve_device, seed_everything
-from ..checkpoints import RESUME_HINT, save_average
-from ..errors import CheckpointError, DataError
-from ..evaluation import translate_and_score
-from ..files import atomic_write_text
-from ..multi30k import TEST_SETS, TEST_SPLIT, load_split
+from ..errors import CheckpointError
 from ..parallel import DataParallel
-from ..pictures import learning_curve
 from ..precision import choose_precision
 from ..resume import check_identity, check_settings
 from ..runlock import RunLock
 from ..rundir import RunDir, run_identity
 from .build import build_pieces
+from .final import choose_final, final_report
 from .loop import Fit
-from .state import validation_score
 
 log = logging.getLogger(__name__)
-
-
-def intact(store, names, model_cfg):
-    """The checkpoints among ``names`` of ``store`` (a `CheckpointStore`) whose files are whole
-    (a damaged one is left out with a warning, as resuming skips it)."""
-    kept = []
-    for name in names:
-        try:
-            store.verify(name, model_cfg)
-            kept.append(name)
-        except CheckpointError as err:
-            log.warning("leaving %s out of the average: %s", name, err)
-    return kept
-
-
-def choose_final(fit):
-    """The best checkpoint by validation score, or the average of the last `average_last`
-    epoch checkpoints if that scores at least as well. Leaves the choice loaded in the model."""
-    store, ctxs = fit.run_dir.checkpoints, fit.pieces.ctxs
-    store.load(store.verify("best", fit.model.cfg), fit.model, ctxs)
-    best_loss, best_bleu = fit.evaluate("val")
-    best = validation_score(best_loss, best_bleu)
-    average_last = fit.train_cfg.average_last
-    last = (intact(store, store.epoch_names()[-average_last:], fit.model.cfg)
-            if average_last > 1 else [])
-    if len(last) > 1:
-        save_average(store, fit.model, last, ctxs)
-        avg_loss, avg_bleu = fit.evaluate("val")
-        average = validation_score(avg_loss, avg_bleu)
-        log.info("validation score: best epoch %s, average of the last %d %s", best, len(last),
-                 average)
-        if average >= best:
-            return {"checkpoint": "average", "averaged": len(last), "valid_bleu": avg_bleu,
-                    "valid_loss": round(avg_loss, 4)}
-        store.load(store.verify("best", fit.model.cfg), fit.model, ctxs)
-    return {"checkpoint": "best", "valid_bleu": best_bleu, "valid_loss": round(best_loss, 4)}
 
 
 def quiet_log_files():
@@ -138,65 +96,18 @@ def _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data
              f"{fit.model.count_parameters():,}", len(fit.train_src), ctxs, parallel.rank,
              parallel.num_workers)
     steps_before = fit.state.step
-    train_minutes = fit.run()
-    log.info("worker %d of %d: trained on %d sentences (ids digest %s) in %d steps; parameter "
-             "digest %s", parallel.rank, parallel.num_workers, *fit_digests(fit))
-    if not parallel.is_chief:
-        return None
-    report = run.report() if restored and fit.state.step == steps_before else None
-    if report and report.get("steps") == fit.state.step:  # else it speaks of other weights
-        log.info("%s had finished: nothing left to train, its report.json is kept", run.path)
-        return report
-    return final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes,
-                        data_dir)
-
-
-def test_sets(corpus, data_cfg, data_dir):
-    """[(name, (sources, references) or None, why it is skipped or None)]: the corpus's test split,
-    and for Multi30k every later test set that is available (in data.raw_dir or the data
-    directory; downloaded when there is no local copy)."""
-    sets = [(TEST_SPLIT, corpus.text[TEST_SPLIT], None)]
-    if data_cfg.name != "multi30k":
-        return sets
-    for name in TEST_SETS[1:]:
-        try:
-            text = load_split(name, data_cfg.src_lang, data_cfg.tgt_lang, data_cfg.raw_dir,
-                              data_dir, download=not data_cfg.raw_dir)
-            sets.append((name, text, None))
-        except DataError as err:
-            sets.append((name, None, str(err)))
-    return sets
-
-
-def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes, data_dir):
-    """Choose the final checkpoint, translate every available test set (hypotheses into the run
-    directory) and write report.json: ``scores`` has one entry per test set, ``{"skipped":
-    reason}`` for those that are not available."""
-    final = choose_final(fit)
-    faults.point("final_translation")
-    scores = {}
-    for name, text, skipped in test_sets(fit.corpus, data_cfg, data_dir):
-        if text is None:
-            log.info("%s skipped: %s", name, skipped)
-            scores[name] = {"skipped": skipped}
-            continue
-        hypotheses, scores[name] = translate_and_score(
-            fit.model, fit.corpus.tokenizer, decode_cfg, fit.pieces.ctxs[0], *text,
-            data_cfg.tgt_lang)
-        atomic_write_text(run.path / f"{name}.hyp.{data_cfg.tgt_lang}",
-                          "\n".join(hypotheses) + "\n", RESUME_HINT)
-    report = {"src_lang": data_cfg.src_lang, "tgt_lang": data_cfg.tgt_lang,
-              "data": data_cfg.name, "parameters": fit.model.count_parameters(),
-              "model": dataclasses.asdict(model_cfg), "train_minutes": round(train_minutes, 2),
-              "steps": fit.state.step, "epochs": fit.state.epoch, "final": final,
-              "precision": fit.pieces.precision, "native_kernels": kernels.status(),
-              "devices": [str(c) for c in fit.pieces.ctxs], "workers": fit.parallel.num_workers,
-              "scores": scores}
-    run.write_json("report.json", report, RESUME_HINT)  # resuming redoes only this report
-    records = run.records.metrics()
-    if records:
-        learning_curve(records, run.path / "learning_curve.png")
-    return report
+    with fit.stop_signals:  # from the first step to the last test set
+        train_minutes = fit.run()
+        log.info("worker %d of %d: trained on %d sentences (ids digest %s) in %d steps; "
+                 "parameter digest %s", parallel.rank, parallel.num_workers, *fit_digests(fit))
+        if not parallel.is_chief:
+            return None
+        report = run.report() if restored and fit.state.step == steps_before else None
+        if report and report.get("steps") == fit.state.step:  # else it speaks of other weights
+            log.info("%s had finished: nothing left to train, its report.json is kept", run.path)
+            return report
+        return final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg,
+                            train_minutes, data_dir)
 
 
 def fit_digests(fit):

@@ -16,8 +16,9 @@ def epoch_seed(seed, epoch):
 
 
 def position_seed(seed, epoch, batch_in_epoch):
-    """The dropout seed from batch ``batch_in_epoch`` of epoch ``epoch`` on: reseeded at every
-    log point, so a run resumed there draws the same dropout masks as the uninterrupted one."""
+    """The dropout seed from batch ``batch_in_epoch`` of epoch ``epoch`` on: reseeded after
+    every step, so a run resumed at any step boundary draws the same dropout masks as the
+    uninterrupted one."""
     return (epoch_seed(seed, epoch) * 1_000_003 + batch_in_epoch) % 2 ** 31
 
 
