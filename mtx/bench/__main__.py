@@ -62,8 +62,8 @@ def run_measurement(args):
         report = {"machine": describe(), kind: rounds.in_children(kind, args, names)}
     table = (tables.rounds_table(report) if "train_ratios" in report else
              tables.results_table(report[kind]))
-    return report, "\n".join(filter(None, [tables.machine_line(report["machine"]),
-                                           tables.kernels_line(report[kind]), "", table]))
+    header = [tables.machine_line(report["machine"]), tables.kernels_line(report[kind])]
+    return report, "\n".join(filter(None, header)) + "\n\n" + table
 
 
 def number(kind, low):
