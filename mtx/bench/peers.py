@@ -1,8 +1,8 @@
 """The peers, built from the benchmark's `ModelConfig`: the d2l book's Transformer (its exported
 encoder and the chapter's decoder as it trains) and gluonnlp 0.10's
 (`get_transformer_encoder_decoder` + `NMTModel`). Each has ``train_step(batch) -> loss``, with
-Adam and plain masked cross-entropy as their own scripts train. Both take one layer count, one
-dropout rate and untied embeddings."""
+Adam and plain masked cross-entropy as their own scripts train. Both take one layer count and one
+dropout rate; `inputs.load` gives them untied embeddings and post-norm layers."""
 import math
 
 from ..errors import ConfigError
@@ -21,7 +21,6 @@ def peer_sizes(cfg, name):
     problems = [text for bad, text in [
         (cfg.num_encoder_layers != cfg.num_decoder_layers, "encoder and decoder layers differ"),
         (cfg.dropout != cfg.attention_dropout, "dropout and attention_dropout differ"),
-        (cfg.tie_embeddings, "embeddings are tied"), (cfg.pre_norm, "pre_norm is set"),
         (cfg.heads_per_layer is not None, "heads_per_layer is set")] if bad]
     if problems:
         raise ConfigError(f"the peers cannot build this model: {'; '.join(problems)}")
