@@ -46,7 +46,7 @@ ablate: install  ## head-count ablation at a fixed width and budget (Hydra multi
 	$(PY) scripts/train.py sweep=heads train.max_minutes=$(ABLATE_MINUTES) hydra.sweep.dir=outputs/ablate $(ARGS)
 	$(PY) scripts/collect.py outputs/ablate
 
-bench: install  ## throughput side by side against the peers (ARGS="train --impl mtx", ...: python -m mtx.bench --help)
+bench: install  ## training, decoding and serving speed against the peers (ARGS="train --impl mtx,gluonnlp", ...: python -m mtx.bench --help)
 	$(PY) scripts/bench.py $(ARGS)
 
 browser:  ## headless Chromium + chromedriver from Debian's archive, for the page's browser test (as root; nothing if present)

@@ -3,7 +3,7 @@
 In MXNet 1.9.1 some NumPy-interface operators are slower than their legacy twins on the same
 data: ``np.transpose`` against ``transpose``, and a same-shape ``a + b`` (whose backward runs a
 broadcast reduction) against ``elemwise_add``; docs/performance.md has the training-step profile
-(`scripts/bench.py profile`). `legacy` runs the legacy operator without copying
+(MXNet's profiler). `legacy` runs the legacy operator without copying
 (``as_nd_ndarray`` / ``as_np_ndarray`` are views, also on symbols), so hybridized graphs and
 imperative decoding use the same code.
 """

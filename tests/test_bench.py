@@ -28,15 +28,17 @@ def no_children(monkeypatch):
 @pytest.mark.parametrize("argv, words", [
     (["train", "--impl", "mtx-fast"], "--impl mtx-fast: unknown implementation; choose from mtx, "
                                       "mtx-bf16, gluonnlp, d2l"),
-    (["--impl", "gluonnlp,tf"], "--impl tf: unknown implementation"),
-    (["decode", "--impl", "ct2-int8"], "--impl ct2-int8 translates a trained run: give --run"),
-    (["decode"], "decode: give --impl"),
-    (["train", "--impl", "mtx", "--batches", "sorted"], "--batches sorted: unknown; choose from "
-                                                         "bucket, packed"),
-    (["train", "--impl", "mtx", "--isa", "AVX3"], "--isa AVX3: unknown; choose from native"),
+    (["train", "--impl", "gluonnlp,tf"], "--impl tf: unknown implementation"),
+    (["train"], "train: give --impl"),
+    (["decode", "--impl", "ct2-int8"], "decode --impl ct2-int8 translates a trained run: give "
+                                       "--run RUN_DIR"),
+    (["decode", "--run", "r", "--impl", "gluonnlp"], "--impl gluonnlp: unknown implementation; "
+                                                     "choose from mtx, mtx-bf16, ct2-float32"),
+    (["serve"], "serve translates a trained run: give --run RUN_DIR"),
     (["train", "--impl", "mtx,mtx@no-such-revision-x"], "no such git revision"),
     (["train", "--impl", "mtx", "--rounds", "0"], "--rounds: '0' is not a whole number >= 1"),
-    (["decode", "--impl", "mtx", "--steps", "x"], "--steps: 'x' is not a whole number"),
+    (["decode", "--run", "r", "--max-sentences", "x"],
+     "--max-sentences: 'x' is not a whole number"),
     (["serve", "--run", "r", "--seconds", "-1"], "--seconds: '-1' is not a number > 0"),
     (["serve", "--run", "r", "--clients", "1-16"], "--clients 1-16: give client counts")])
 def test_bad_input_is_one_line_before_any_measurement(argv, words, capsys, tmp_path, no_children):
@@ -53,7 +55,7 @@ def fake_children(monkeypatch, speeds):
     """Children that report the next of ``speeds[impl]`` tok/s; returns the calls made."""
     calls = []
 
-    def child(command, *args, cwd=None, isa_cap=None):
+    def child(command, *args, cwd=None):
         options = dict(zip(args[::2], args[1::2]))
         calls.append({**options, "cwd": cwd})
         tok_s = next(speeds[options["--impl"]])
@@ -78,34 +80,29 @@ def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):
     assert "300.0 GFLOP/s float32" in printed and "150.0 bfloat16" in printed
 
 
-def test_batchings_and_revisions_are_paired_like_implementations(monkeypatch, capsys):
-    """`--batches bucket,packed` with `mtx@HEAD`: every round runs each implementation on each
-    batching, mtx@HEAD in its checkout (faked here: a real one is a git worktree); ratios on the
-    same batches, and of each implementation's packed rounds to its bucket ones."""
-    from mtx.bench import revisions
-    speeds, calls = iter([1000.0, 2000.0, 4000.0, 8000.0] * 2), []
-    monkeypatch.setattr(revisions, "checkout", lambda revision: f"/checkout/of/{revision}")
+def test_another_revision_runs_in_its_checkout_and_is_paired(monkeypatch, capsys):
+    """`mtx@HEAD`: every round runs it in its checkout (faked here: a real one is a git worktree),
+    beside mtx from this one, and pairs the two round by round."""
+    monkeypatch.setattr(rounds, "checkout", lambda revision: f"/checkout/of/{revision}")
+    speeds, calls = iter([1000.0, 2000.0] * 2), []
 
-    def child(command, *args, cwd=None, isa_cap=None):
-        impl, batching = args[args.index("--impl") + 1], args[args.index("--batches") + 1]
-        calls.append((batching, cwd))
+    def child(command, *args, cwd=None):
+        impl = args[args.index("--impl") + 1]
+        calls.append((impl, cwd))
         return {"train": {impl: {"tok_s": next(speeds), "gflop_s": 1.0,
                                  "gemm_peak_gflop_s": 300.0, "gemm_peak_bf16_gflop_s": None}}}
     monkeypatch.setattr(rounds, "run_child", child)
-    main(["train", "--impl", "mtx,mtx@HEAD", "--batches", "bucket,packed", "--rounds", "2"])
-    assert calls == [("bucket", None), ("bucket", "/checkout/of/HEAD"), ("packed", None),
-                     ("packed", "/checkout/of/HEAD")] * 2
+    main(["train", "--impl", "mtx,mtx@HEAD", "--rounds", "2"])
+    assert calls == [("mtx", None), ("mtx", "/checkout/of/HEAD")] * 2
     printed = capsys.readouterr().out
-    assert "| mtx (bucket) / mtx@HEAD (bucket) | 0.5 | 0.5 | 0.5 | 0.5, 0.5 |" in printed
-    assert "| mtx (packed) / mtx (bucket) | 4.0 |" in printed
-    assert "| mtx@HEAD (packed) / mtx@HEAD (bucket) | 4.0 |" in printed
+    assert "| mtx / mtx@HEAD | 0.5 | 0.5 | 0.5 | 0.5, 0.5 |" in printed
     assert "no bfloat16 (it cannot run here)" in printed
 
 
 @pytest.mark.slow
-def test_train_and_decode_on_the_toy_task(tmp_path, monkeypatch, capsys):
-    """`train`, `decode` and `profile` of one implementation in this process write the report
-    they are told to, print their tables, and write nothing else."""
+def test_train_on_the_toy_task(tmp_path, monkeypatch, capsys):
+    """`train` of one implementation in this process writes the report it is told to, prints its
+    table, and writes nothing else."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MTX_DATA_DIR", str(tmp_path / "cache"))  # toy data needs none
     out = tmp_path / "out" / "train.json"
@@ -121,16 +118,6 @@ def test_train_and_decode_on_the_toy_task(tmp_path, monkeypatch, capsys):
     assert "native_layer_norm" in result["kernels"] and result["peak_rss_mb"] > 0
     printed = capsys.readouterr().out
     assert "| implementation | tok_s |" in printed and "| mtx | " in printed
-    main(["decode", "--impl", "mtx", "--model", "tiny", "--data", "toy", "--steps", "5",
-          "--max-sentences", "70", "--out", str(tmp_path / "out" / "decode.json")])
-    decoded = json.loads((tmp_path / "out" / "decode.json").read_text())["decode"]["mtx"]
-    assert decoded["sent_s"] > 0 and decoded["seconds"] > 0
-    assert "| mtx | " in capsys.readouterr().out
-    main(["profile", "--impl", "mtx", "--model", "tiny", "--data", "toy", "--steps", "3",
-          "--warmup-steps", "1"])
-    printed = capsys.readouterr().out
-    assert "| **whole step (wall, under the profiler)** | " in printed
-    assert "| FullyConnected | " in printed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 

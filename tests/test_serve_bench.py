@@ -1,6 +1,5 @@
 """`mtx-bench serve`, short: the toy run's server under 1 and 4 concurrent clients beside the
-one-at-a-time baseline, then ordinary requests beside the heaviest ones; the server stopped
-cleanly. No speed is asserted (the numbers of
+one-at-a-time baseline; the server stopped cleanly. No speed is asserted (the numbers of
 docs/serving.md come from long runs on an idle machine)."""
 import json
 
@@ -11,7 +10,7 @@ from conftest import run_command
 def test_a_short_load_run_has_no_failed_request(toy_run, tmp_path):
     out = tmp_path / "serve.json"
     done = run_command("bench", "serve", "--run", str(toy_run), "--clients", "1,4",
-                       "--seconds", "1.5", "--beam", "2", "--max-sentences", "16", "--abuse",
+                       "--seconds", "1.5", "--beam", "2", "--max-sentences", "16",
                        "--out", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     report = json.loads(out.read_text())
@@ -20,10 +19,6 @@ def test_a_short_load_run_has_no_failed_request(toy_run, tmp_path):
         assert row["failed"] == 0 and row["requests"] > 0 and row["sent_s"] > 0
         assert row["p50_ms"] <= row["p99_ms"]
     assert report["server"]["4"]["requests_per_batch"] >= 1
-    abuse = report["abuse"]  # beside the heavy requests, how many are answered in time depends
-    assert abuse["alone"]["answered"] == "16/16"  # on the machine's speed: not asserted
-    assert len(abuse["heavy"]) == 6 and abuse["beside_abuse"]["answered"].endswith("/16")
     assert report["server_exit_code"] == 0
     table = done.stdout.decode()
     assert "| mtx-serve | 4 |" in table and "| one at a time (in process, no HTTP) | 1 |" in table
-    assert "| just after 4 heavy + 2 hung up | " in table

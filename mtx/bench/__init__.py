@@ -1,9 +1,9 @@
-"""Benchmarks of mtx against gluonnlp 0.10 and the d2l book (`mtx-bench --help`): a thin layer
-that times the product's own training step, search, translation and service.
+"""Benchmarks of mtx against gluonnlp 0.10, the d2l book and CTranslate2 (`mtx-bench --help`): a
+thin layer that times the product's own training step, translation and service.
 
-    __main__   the command line        rounds     children, interleaved rounds, paired ratios
-    measure    training; the reports   decoding   decoding and a trained run's translation
-    inputs     configs, batches, text  peers      the gluonnlp and d2l models
-    flops      model FLOPs (MFU)       tables     markdown tables
-    serve      mtx-serve under load    revisions  other git revisions (--impl mtx@REV)
+    __main__  the command line             measure  one implementation: training, decoding
+    rounds    children (IMPL@REV: at another git revision), interleaved rounds, paired ratios
+    inputs    configs, batches, test text  peers    the gluonnlp and d2l models
+    flops     model FLOPs (MFU)            tables   markdown tables
+    serve     mtx-serve under load
 """

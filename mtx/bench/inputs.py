@@ -1,6 +1,6 @@
 """What every measurement starts from: the configs of ``conf/`` (read as the commands read them,
-`commands.entry.typed`), the corpus, the training and decoding batches, a trained run's test
-split. Every implementation gets the same ones."""
+`commands.entry.typed`), the corpus, the training batches, a trained run's test split. Every
+implementation gets the same ones."""
 import dataclasses
 import os
 from pathlib import Path
@@ -14,8 +14,6 @@ from ..multi30k import TEST_SPLIT  # what is decoded (the toy task uses the same
 DEFAULT_MODEL, DEFAULT_DATA = "small", "multi30k_en_de"  # conf/model/, conf/data/
 CORPUS_SEED = 1                    # toy data and the training batches' shuffle
 TRAIN_BATCH_TOKENS = 4096          # padded tokens per training batch, for every implementation
-BATCHINGS = ("bucket", "packed")   # gluonnlp's bucket sampler (as mtx trains) or fairseq's packing
-DECODE_BATCH = 64                  # sentences per greedy decoding batch
 
 
 def group_config(group, name, **changes):
@@ -46,20 +44,12 @@ def load(model_name, data_name):
     return corpus, model_cfg, data_cfg
 
 
-def train_batches(corpus, data_cfg, batching):
-    """The training pairs no longer than data.max_len in shuffled ~4096-token batches."""
-    from ..batching import bucket_batches, packed_batches
+def train_batches(corpus, data_cfg):
+    """The training pairs no longer than data.max_len in shuffled ~4096-token batches of
+    gluonnlp's bucket sampler, as mtx trains."""
+    from ..batching import bucket_batches
     pairs = corpus.train_pairs(data_cfg.max_pair_len)
-    if batching == "packed":
-        return packed_batches(*pairs, TRAIN_BATCH_TOKENS, seed=CORPUS_SEED)
     return bucket_batches(*pairs, TRAIN_BATCH_TOKENS, shuffle=True, seed=CORPUS_SEED)
-
-
-def decode_batches(src_ids):
-    """Source ids -> `Batch`es of DECODE_BATCH sentences in order (only their source is used)."""
-    from ..batching import collate
-    return [collate(src_ids, src_ids, range(i, min(i + DECODE_BATCH, len(src_ids))))
-            for i in range(0, len(src_ids), DECODE_BATCH)]
 
 
 def run_test_split(run_dir, max_sentences=None):

@@ -1,27 +1,30 @@
 """One implementation's measurement in this process, and the report it writes.
 
-    mtx, mtx-bf16     the product's training step (`mtx.training.steps`), search and translation,
-                      in float32 / with bfloat16 products
-    gluonnlp, d2l     the peers (`peers`)
-    ct2-float32, ct2-int8, ct2-int8-as-float32   (a trained run only) the run exported to
-                      CTranslate2 (`mtx.deploy`); the last computes the int8 export in float32
+    mtx, mtx-bf16     the product's training step (`mtx.training.steps`) and translation, in
+                      float32 / with bfloat16 products
+    gluonnlp, d2l     the peers' training steps (`peers`)
+    ct2-float32, ct2-int8, ct2-int8-as-float32   a trained run exported to CTranslate2
+                      (`mtx.deploy`); the last computes the int8 export in float32
 
 Training: target tokens/s of consecutive steps on the common batches after the warm-up steps,
 the median over windows of at least WINDOW_SECONDS; model FLOP/s (`flops`) against the GEMM
-peaks measured in the same process (the MFU denominators). Profile: MXNet's profiler over
-training steps, ms per operator a step.
+peaks measured in the same process (the MFU denominators). Decoding: a trained run's test split
+translated with its weights, beam 5 and greedily (conf/decode/), timed by the product's
+`evaluation.translator_rounds`.
 """
 import dataclasses
 import itertools
-import json
 import os
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as onp
 
+from ..errors import ConfigError
 from . import inputs
 from .flops import train_flops
 from .peers import PEERS
@@ -32,11 +35,11 @@ MTX_PRECISIONS = {"mtx": "float32", "mtx-bf16": "bfloat16"}
 CT2 = {"ct2-float32": ("float32", "default"), "ct2-int8": ("int8", "default"),
        "ct2-int8-as-float32": ("int8", "float32")}
 TRAIN_IMPLS = (*MTX_PRECISIONS, *PEERS)
-DECODE_IMPLS = (*TRAIN_IMPLS, *CT2)
-RUN_IMPLS = ("mtx", "mtx-bf16", "ct2-float32", "ct2-int8")  # `decode --run`'s default
+DECODE_IMPLS = (*MTX_PRECISIONS, *CT2)
+DECODE_DEFAULT = ("mtx", "mtx-bf16", "ct2-float32", "ct2-int8")
+RUN_BEAMS = {"beam5": 5, "greedy": 1}   # decode: column prefix -> beam size
 WINDOW_SECONDS = 10.0   # training throughput: the median over windows this long
 GEMM_SIZE = 2048        # the peaks: a GEMM_SIZE^3 FullyConnected
-PROFILE_MIN_MS = 1.0    # operators under this many ms a step are left out
 
 
 def describe():
@@ -55,15 +58,12 @@ def describe():
 
 
 def measure(kind, name, args):
-    """Implementation ``name``'s measurement ``kind`` (train, decode, profile) -> its report:
-    the machine, the model config and {kind: {name: result}}."""
-    from .decoding import measure_decode, measure_run_decode
+    """Implementation ``name``'s measurement ``kind`` ("train", or "decode" of run ``args.run``)
+    -> its report: the machine, the model config and {kind: {name: result}}."""
     if name != "gluonnlp" and name not in CT2:  # gluonnlp: the legacy API; CTranslate2: no MXNet
         from ..devices import use_numpy_interface
         use_numpy_interface()
-    run = measure_run_decode if kind == "decode" and args.run else None
-    result, model_cfg = (run or {"train": measure_train, "decode": measure_decode,
-                                 "profile": measure_profile}[kind])(name, args)
+    result, model_cfg = (measure_train if kind == "train" else measure_decode)(name, args)
     result.update(precision=CT2[name][0] if name in CT2 else MTX_PRECISIONS.get(name, "float32"),
                   peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
     if name in MTX_PRECISIONS:
@@ -91,37 +91,30 @@ def training_step(name, model_cfg):
 
 def measure_train(name, args):
     corpus, model_cfg, data_cfg = inputs.load(args.model, args.data)
-    batches = inputs.train_batches(corpus, data_cfg, args.batches)
-    step, measured, shapes = training_step(name, model_cfg), [], set()
+    batches = inputs.train_batches(corpus, data_cfg)
+    step, measured = training_step(name, model_cfg), []  # [(seconds, batch)]
     for i, batch in enumerate(itertools.cycle(batches)):  # warm-up steps, then --seconds
-        if measured and sum(s for s, _, _ in measured) >= args.seconds:
+        if measured and sum(s for s, _ in measured) >= args.seconds:
             break
         tic = time.perf_counter()
         float(step(batch).asnumpy())  # synchronise: the step is done
-        if i >= args.warmup_steps:  # a graph with static_alloc plans memory for each new shape
-            measured.append((time.perf_counter() - tic, batch, batch.padded_shape not in shapes))
-        shapes.add(batch.padded_shape)
+        if i >= args.warmup_steps:
+            measured.append((time.perf_counter() - tic, batch))
     windows, current = [], []
     for step_time in measured:
         current.append(step_time)
-        if sum(s for s, _, _ in current) >= WINDOW_SECONDS:
+        if sum(s for s, _ in current) >= WINDOW_SECONDS:
             windows, current = windows + [current], []
-    tok_s = [tokens_per_second(w) for w in windows or [measured]]
-    seen = [m for m in measured if not m[2]]
+    tok_s = [sum(b.num_tgt_tokens for _, b in w) / sum(s for s, _ in w)
+             for w in windows or [measured]]
+    flops = sum(train_flops(model_cfg, b) for _, b in measured) / sum(s for s, _ in measured)
     return {"tok_s": round(float(onp.median(tok_s)), 1), "tok_s_windows": [round(x) for x in tok_s],
-            "gflop_s": round(sum(train_flops(model_cfg, b) for _, b, _ in measured) / sum(
-                s for s, _, _ in measured) / 1e9, 1), "steps": args.warmup_steps + len(measured),
-            "warmup_steps": args.warmup_steps, "batching": args.batches, "batches": len(batches),
+            "gflop_s": round(flops / 1e9, 1), "steps": args.warmup_steps + len(measured),
+            "warmup_steps": args.warmup_steps, "batches": len(batches),
             "batch_shapes": len({b.padded_shape for b in batches}),
             "real_tgt_tokens": round(float(onp.mean([b.num_tgt_tokens for b in batches]))),
             "padded_tgt_tokens": round(float(onp.mean([b.tgt_in.size for b in batches]))),
-            "first_shape_steps": len(measured) - len(seen),
-            "tok_s_seen_shapes": round(tokens_per_second(seen), 1) if seen else None,
             **gemm_peaks()}, model_cfg
-
-
-def tokens_per_second(measured):
-    return sum(b.num_tgt_tokens for _, b, _ in measured) / sum(s for s, _, _ in measured)
 
 
 def gemm_peaks():
@@ -134,26 +127,47 @@ def gemm_peaks():
             "gemm_peak_bf16_gflop_s": round(speed["bfloat16"], 1) if "bfloat16" in speed else None}
 
 
-def measure_profile(name, args):
-    """MXNet's profiler (aggregate stats) over --steps training steps after --warmup-steps ->
-    {"wall_ms", "operators_ms": {operator: ms}} a step, largest first."""
+def run_translators(name, run_dir, tmp_dir):
+    """Implementation ``name`` on trained run ``run_dir`` -> ``make(decode_cfg)``, a
+    `LineTranslator`. CTranslate2 rows export the run in another process first (into
+    ``tmp_dir``), so this one never loads MXNet and its peak memory is CTranslate2's own."""
+    if name in CT2:
+        from ..config import DecodeConfig
+        from ..deploy import require
+        from ..deploy.backend import CTranslate2Translator
+        require()  # the install hint, before a process is started
+        model_dir = Path(tmp_dir) / name
+        done = subprocess.run([sys.executable, "-m", "mtx.commands.export", f"ckpt={run_dir}",
+                               f"quantization={CT2[name][0]}", f"output={model_dir}"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ConfigError(f"exporting {run_dir} failed: "
+                              f"{(done.stderr.strip().splitlines() or [done.returncode])[-1]}")
+        return CTranslate2Translator(model_dir, DecodeConfig(), compute=CT2[name][1]).with_settings
     import mxnet as mx
-    corpus, model_cfg, data_cfg = inputs.load(args.model, args.data)
-    batches = itertools.cycle(inputs.train_batches(corpus, data_cfg, args.batches))
-    step = training_step(name, model_cfg)
-    for batch in itertools.islice(batches, args.warmup_steps):
-        float(step(batch).asnumpy())
-    with tempfile.TemporaryDirectory(prefix="mtx-bench-profile-") as tmp:
-        mx.profiler.set_config(profile_all=True, aggregate_stats=True,
-                               filename=str(Path(tmp) / "profile.json"))
-        mx.profiler.set_state("run")
-        tic = time.perf_counter()
-        for batch in itertools.islice(batches, args.steps):
-            float(step(batch).asnumpy())
-        seconds = time.perf_counter() - tic
-        mx.profiler.set_state("stop")
-        operators = json.loads(mx.profiler.dumps(format="json"))["Time"]["operator"]
-        mx.profiler.dumps(reset=True)
-    ms = sorted(((op, s["Total"] / args.steps) for op, s in operators.items()), key=lambda x: -x[1])
-    return {"wall_ms": round(1000 * seconds / args.steps, 1), "operators_ms": {
-        op: round(v, 1) for op, v in ms if v >= PROFILE_MIN_MS}}, model_cfg
+    from ..precision import set_precision
+    from ..search import Translator, load_decoder
+    model, tokenizer, _ = load_decoder(run_dir, mx.cpu())
+    set_precision(model, MTX_PRECISIONS[name])
+    return lambda decode_cfg: Translator(model, tokenizer, decode_cfg, mx.cpu())
+
+
+def measure_decode(name, args):
+    """Implementation ``name`` translating run --run's test split (--max-sentences), the same
+    sentences and threads for every implementation -> (result, the run's ModelConfig)."""
+    from ..config import ModelConfig
+    from ..evaluation import translator_rounds
+    from ..rundir import read_config
+    src, ref, data_cfg = inputs.run_test_split(args.run, args.max_sentences)
+    result = {"sentences": len(src)}
+    with tempfile.TemporaryDirectory(prefix="mtx-bench-run-") as tmp:
+        make = run_translators(name, args.run, tmp)
+        for label, beam in RUN_BEAMS.items():
+            timing = translator_rounds({name: make(inputs.decode_config(beam))}, src, ref,
+                                       data_cfg.tgt_lang, rounds=1)[name]
+            seconds = max(timing["best"], 1e-3)
+            result.update({f"{label}_seconds": timing["best"],
+                           f"{label}_sent_s": round(len(src) / seconds, 1),
+                           f"{label}_subwords_s": round(timing["subwords"] / seconds, 1),
+                           f"{label}_sacrebleu": round(timing["sacrebleu"]["score"], 2)})
+    return result, read_config(ModelConfig, Path(args.run) / "model.json", "model config")

@@ -1,12 +1,11 @@
 """The peers, built from the benchmark's `ModelConfig`: the d2l book's Transformer (its exported
-encoder and the chapter's decoder, written as the chapter has it) and gluonnlp 0.10's
-(`get_transformer_encoder_decoder` + `NMTModel`). Each has ``train_step(batch) -> loss`` and
-``greedy(src, src_len, steps) -> (B, steps)`` ids over numpy int32 arrays, decoding exactly
-``steps`` positions. Both take one layer count, one dropout rate and untied embeddings."""
+encoder and the chapter's decoder as it trains) and gluonnlp 0.10's
+(`get_transformer_encoder_decoder` + `NMTModel`). Each has ``train_step(batch) -> loss``, with
+Adam and plain masked cross-entropy as their own scripts train. Both take one layer count and one
+dropout rate; `inputs.load` gives them untied embeddings and post-norm layers."""
 import math
 
 from ..errors import ConfigError
-from ..vocab import BOS
 
 PEER_LEARNING_RATE = 5e-4   # Adam; the step's cost does not depend on it
 PEER_MAX_LENGTH = 500       # gluonnlp's positional-encoding table (its scripts' value)
@@ -22,7 +21,6 @@ def peer_sizes(cfg, name):
     problems = [text for bad, text in [
         (cfg.num_encoder_layers != cfg.num_decoder_layers, "encoder and decoder layers differ"),
         (cfg.dropout != cfg.attention_dropout, "dropout and attention_dropout differ"),
-        (cfg.tie_embeddings, "embeddings are tied"), (cfg.pre_norm, "pre_norm is set"),
         (cfg.heads_per_layer is not None, "heads_per_layer is set")] if bad]
     if problems:
         raise ConfigError(f"the peers cannot build this model: {'; '.join(problems)}")
@@ -31,26 +29,22 @@ def peer_sizes(cfg, name):
 
 
 def d2l_decoder(d2l, V, D, F, H, L, p):
-    """The d2l chapter's Transformer decoder (11.7.4, MXNet), which d2l does not export."""
-    from mxnet import autograd, np
+    """The d2l chapter's Transformer decoder (11.7.4, MXNet), which d2l does not export, as it
+    trains (the chapter's key/value cache serves only prediction)."""
+    from mxnet import np
     from mxnet.gluon import nn
 
     class DecoderBlock(nn.Block):
-        def __init__(self, i):
+        def __init__(self):
             super().__init__()
-            self.i = i
             self.attention1, self.addnorm1 = d2l.MultiHeadAttention(D, H, p), d2l.AddNorm(p)
             self.attention2, self.addnorm2 = d2l.MultiHeadAttention(D, H, p), d2l.AddNorm(p)
             self.ffn, self.addnorm3 = d2l.PositionWiseFFN(F, D), d2l.AddNorm(p)
 
         def forward(self, X, state):
-            enc_outputs, enc_valid_lens = state[0], state[1]
-            key_values = X if state[2][self.i] is None else np.concatenate(
-                (state[2][self.i], X), axis=1)
-            state[2][self.i] = key_values
-            dec_valid_lens = np.tile(np.arange(1, X.shape[1] + 1, ctx=X.ctx), (
-                X.shape[0], 1)) if autograd.is_training() else None
-            Y = self.addnorm1(X, self.attention1(X, key_values, key_values, dec_valid_lens))
+            enc_outputs, enc_valid_lens = state
+            dec_valid_lens = np.tile(np.arange(1, X.shape[1] + 1, ctx=X.ctx), (X.shape[0], 1))
+            Y = self.addnorm1(X, self.attention1(X, X, X, dec_valid_lens))
             Z = self.addnorm2(Y, self.attention2(Y, enc_outputs, enc_outputs, enc_valid_lens))
             return self.addnorm3(Z, self.ffn(Z)), state
 
@@ -59,12 +53,12 @@ def d2l_decoder(d2l, V, D, F, H, L, p):
             super().__init__()
             self.embedding, self.pos_encoding = nn.Embedding(V, D), d2l.PositionalEncoding(D, p)
             self.blks = nn.Sequential()
-            self.blks.add(*[DecoderBlock(i) for i in range(L)])
+            self.blks.add(*[DecoderBlock() for _ in range(L)])
             self.dense = nn.Dense(V, flatten=False)
             self.initialize()
 
         def init_state(self, enc_outputs, enc_valid_lens):
-            return [enc_outputs, enc_valid_lens, [None] * L]
+            return enc_outputs, enc_valid_lens
 
         def forward(self, X, state):
             X = self.pos_encoding(self.embedding(X) * math.sqrt(D))
@@ -81,9 +75,7 @@ class D2LPeer:
         from mxnet import gluon
         from d2l import mxnet as d2l
         sizes = peer_sizes(model_cfg, "d2l")
-        self.encoder = d2l.TransformerEncoder(*sizes)
-        self.decoder = d2l_decoder(d2l, *sizes)
-        self.model = d2l.EncoderDecoder(self.encoder, self.decoder)
+        self.model = d2l.EncoderDecoder(d2l.TransformerEncoder(*sizes), d2l_decoder(d2l, *sizes))
         self.model.hybridize()
         self.loss = d2l.MaskedSoftmaxCELoss()
         self.trainer = gluon.Trainer(self.model.collect_params(), "adam",
@@ -99,17 +91,6 @@ class D2LPeer:
         self.trainer.step(b.num_tgt_tokens)
         return loss
 
-    def greedy(self, src, src_len, steps):
-        from mxnet import np
-        src, src_len = np.array(src), np.array(src_len)
-        state = self.decoder.init_state(self.encoder(src, src_len), src_len)
-        y, outs = np.full((src.shape[0], 1), BOS), []
-        for _ in range(steps):
-            logits, state = self.decoder(y, state)
-            y = logits.argmax(axis=2)
-            outs.append(y)
-        return np.concatenate(outs, axis=1).asnumpy()
-
 
 class GluonNLPPeer:
     """gluonnlp 0.10: hybridized with static_alloc, as its train_transformer.py does."""
@@ -122,14 +103,11 @@ class GluonNLPPeer:
         from gluonnlp.model.transformer import get_transformer_encoder_decoder
         from gluonnlp.model.translation import NMTModel
         V, D, F, H, L, p = peer_sizes(model_cfg, "gluonnlp")
-
-        class Vocab:
-            def __len__(self):
-                return V
+        vocab = range(V)  # NMTModel reads only the length of its vocabularies
         enc, dec, one = get_transformer_encoder_decoder(
             num_layers=L, num_heads=H, scaled=True, units=D, hidden_size=F, dropout=p,
             max_src_length=PEER_MAX_LENGTH, max_tgt_length=PEER_MAX_LENGTH)
-        self.model = NMTModel(src_vocab=Vocab(), tgt_vocab=Vocab(), encoder=enc, decoder=dec,
+        self.model = NMTModel(src_vocab=vocab, tgt_vocab=vocab, encoder=enc, decoder=dec,
                               one_step_ahead_decoder=one, share_embed=False, embed_size=D,
                               tie_weights=False, embed_initializer=None, prefix="transformer_")
         self.model.initialize(init=mx.init.Xavier(magnitude=3.0))
@@ -149,18 +127,6 @@ class GluonNLPPeer:
         loss.backward()
         self.trainer.step(b.num_tgt_tokens)
         return loss
-
-    def greedy(self, src, src_len, steps):
-        from mxnet import nd
-        src, src_len = nd.array(src, dtype="float32"), nd.array(src_len, dtype="float32")
-        enc_out, _ = self.model.encode(src, valid_length=src_len)
-        states = self.model.decoder.init_state_from_encoder(enc_out, src_len)
-        y, outs = nd.full((src.shape[0],), BOS, dtype="float32"), []
-        for _ in range(steps):
-            logits, states, _ = self.model.decode_step(y, states)
-            y = logits.argmax(axis=1)
-            outs.append(y)
-        return nd.stack(*outs, axis=1).asnumpy()
 
 
 PEERS = {"gluonnlp": GluonNLPPeer, "d2l": D2LPeer}

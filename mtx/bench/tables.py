@@ -29,24 +29,15 @@ def results_table(results):
                                              for name, r in results.items()])
 
 
-def profile_table(results):
-    """Operator rows, implementation columns: ms per step."""
-    ops = dict.fromkeys(op for r in results.values() for op in r.get("operators_ms", {}))
-    rows = [["**whole step (wall, under the profiler)**",
-             *(r.get("wall_ms", r.get("error", "-")) for r in results.values())]]
-    rows += [[op, *(r.get("operators_ms", {}).get(op, "-") for r in results.values())]
-             for op in ops]
-    return table(["ms per step", *results], rows)
-
-
 def rounds_table(report):
-    """Interleaved training rounds: the GEMM peaks, each label's median tok/s and MFU against its
-    cap's float32 and bfloat16 peaks, then the paired ratios."""
-    lines = [f"GEMM peak{'' if cap == 'native' else f' under {cap}'} (2048^3 FullyConnected, "
-             f"best of the children): {max(filter(None, p['float32']), default=None)} GFLOP/s "
-             f"float32 (each: {', '.join(map(str, p['float32']))}), "
-             + (f"{max(filter(None, p['bfloat16']))} bfloat16" if any(p["bfloat16"]) else
-                "no bfloat16 (it cannot run here)") for cap, p in report["gemm_peaks"].items()]
+    """Interleaved training rounds: the GEMM peaks, each implementation's median tok/s and MFU
+    against the float32 and bfloat16 peaks, then the paired ratios."""
+    peaks = report["gemm_peaks"]
+    peak_line = (f"GEMM peak (2048^3 FullyConnected, best of the children): "
+                 f"{max(filter(None, peaks['float32']), default=None)} GFLOP/s float32 (each: "
+                 f"{', '.join(map(str, peaks['float32']))}), "
+                 + (f"{max(filter(None, peaks['bfloat16']))} bfloat16" if any(peaks["bfloat16"])
+                    else "no bfloat16 (it cannot run here)"))
     rows = []
     for name, r in report["train"].items():
         if "gflop_s" not in r:
@@ -58,7 +49,7 @@ def rounds_table(report):
                      f"{100 * r['gflop_s'] / bf16:.0f}%" if bf16 else "-"])
     ratios = [[pair, x["median"], x["min"], x["max"], ", ".join(map(str, x["rounds"]))]
               for pair, x in report["train_ratios"].items()]
-    return "\n\n".join(["\n".join(lines), table(
+    return "\n\n".join([peak_line, table(
         ["implementation", "tok/s (median round)", "per round", "GFLOP/s", "MFU fp32",
          "MFU bf16"], rows), table(
         ["paired ratio (tok/s)", "median", "min", "max", "per round"], ratios)])
