@@ -1,5 +1,5 @@
-"""Subword ids -> padded batches: length buckets for training (or fairseq-style packing, for
-the benchmark), source-length groups for translation.
+"""Subword ids -> padded batches: length buckets for training, source-length groups for
+translation.
 
 A `Batch` holds host (numpy) int32 arrays:
     src_tokens (B, S)  source ids + EOS, padded with PAD    src_valid_len (B,)
@@ -71,17 +71,6 @@ def bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle, seed, num_buckets=NU
         groups = list(sampler)
     finally:
         onp.random.set_state(state)
-    return [collate(src_ids, tgt_ids, group) for group in groups]
-
-
-def packed_batches(src_ids, tgt_ids, batch_tokens, seed):
-    """Token-budget batches as fairseq packs them (and the peers' own harness): pairs sorted by
-    their longer side (EOS/BOS included) and packed while sentences x longest side <=
-    ``batch_tokens``, so each batch has nearly one padded shape of its own; the batch order is
-    shuffled with ``seed``."""
-    lengths = [max(len(s), len(t)) + 1 for s, t in zip(src_ids, tgt_ids)]
-    groups = length_groups(lengths, batch_tokens)
-    onp.random.RandomState(seed % (2 ** 32)).shuffle(groups)
     return [collate(src_ids, tgt_ids, group) for group in groups]
 
 

@@ -7,7 +7,7 @@ import numpy as onp
 import pytest
 
 from mtx import multi30k, toy
-from mtx.batching import bucket_batches, length_groups, packed_batches
+from mtx.batching import bucket_batches, length_groups
 from mtx.errors import ConfigError, DataError
 from mtx.lines import read_parallel
 from mtx.multi30k import load_multi30k
@@ -128,25 +128,6 @@ def test_bucketing_shuffle_is_seeded():
     assert order(1) == order(1)
     assert order(1) != order(2)
     assert sorted(order(1)) != order(1) or len(order(1)) == 1
-
-
-def test_packing_fills_each_batch_to_the_budget_and_keeps_every_pair_once():
-    """fairseq-style packing (the benchmark's `--batches packed`): every pair once, each batch
-    within the budget (sentences x longest side), the next pair would not have fit, seeded order."""
-    src, tgt = _random_pairs(700)
-    batches = packed_batches(src, tgt, batch_tokens=512, seed=3)
-    seen = Counter(int(i) for b in batches for i in b.ids)
-    assert sorted(seen) == list(range(700)) and set(seen.values()) == {1}
-    longest = lambda b: max(b.src_tokens.shape[1], b.tgt_in.shape[1])
-    assert all(len(b.ids) * longest(b) <= 512 for b in batches)
-    by_length = sorted(batches, key=longest, reverse=True)
-    for b, after in zip(by_length, by_length[1:]):  # the next (shorter) batch's first pair
-        assert (len(b.ids) + 1) * longest(b) > 512 or longest(after) == longest(b)
-    for b in batches[:5]:
-        for r, i in enumerate(b.ids):
-            assert list(b.tgt_out[r, :len(tgt[i]) + 1]) == tgt[i] + [EOS]
-    order = lambda seed: [tuple(b.ids) for b in packed_batches(src, tgt, 512, seed)]
-    assert order(3) == [tuple(b.ids) for b in batches] and order(3) != order(4)
 
 
 def test_length_groups_respect_tokens_and_rows():
