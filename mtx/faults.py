@@ -3,7 +3,8 @@ SIGKILL the n-th time it reaches `point(<point>)`. Points: ``step`` (after a tra
 queued), ``checkpoint`` (a checkpoint's data files written, its manifest not yet), ``epoch_end`` (an
 epoch's checkpoints written, the resume point `latest` not yet),
 ``evaluation`` (inside the end-of-epoch evaluation), ``final_translation`` (while translating the
-test split at the end). Unset, a point costs one dictionary lookup."""
+test split at the end), ``export_staged`` (a new export whole beside ``output=``, not yet in its
+place), ``export_replaced`` (in its place, the earlier export not yet deleted). Unset, a point costs one dictionary lookup."""
 import os
 import signal
 
