@@ -49,7 +49,11 @@ def run_once_or_stop_the_job(cmd, num_attempt, role, taskid, pass_env):
     cluster that has moved on): a process that fails stops the whole job."""
     env = dict(os.environ, **{k: str(v) for k, v in pass_env.items()},
                DMLC_TASK_ID=str(taskid), DMLC_ROLE=role, DMLC_JOB_CLUSTER="local")
-    code = subprocess.call(list(cmd), env=env)
+    try:
+        code = subprocess.call(list(cmd), env=env)
+    except OSError as err:  # no such program: as a shell would say it
+        print(f"error: cannot run {cmd[0]}: {err.strerror}", file=sys.stderr, flush=True)
+        code = 127
     if code != 0:
         print(f"error: {role} {taskid} exited with code {code} (its messages are above); "
               f"stopping the job", file=sys.stderr, flush=True)
