@@ -67,6 +67,10 @@ def _stop_after_first_error(handler):
         handler.setLevel(logging.CRITICAL + 1)  # above every record: it takes no more
         where = getattr(handler, "baseFilename", None) or "the console"
         try:
+            handler.close()  # a file: closed now, what it could not write is dropped
+        except OSError:
+            pass
+        try:
             print(f"warning: cannot write the log to {where} "
                   f"({getattr(err, 'strerror', None) or err}); it stops there", file=sys.stderr)
         except Exception:  # noqa: BLE001 (stderr itself is gone: nothing left to tell)
