@@ -98,7 +98,7 @@ LIMIT_MEMORY = ("import resource\n"
 def test_out_of_memory_is_one_line_naming_the_batch_sizes(allocate, words):
     """4 GiB (MXNet, the way a batch too large fails on a host) or 32 GiB (NumPy) in a process
     allowed 1 GiB more than it has."""
-    done = guarded_child(f"import mxnet\n{allocate}\n{LIMIT_MEMORY}with guarded():\n    big()\n")
+    done = guarded_child(f"{allocate}\n{LIMIT_MEMORY}with guarded():\n    big()\n")
     line = assert_one_line(done.stderr, done.returncode, USER_ERROR)
     assert words in line
     assert line.endswith("use smaller batches: a smaller train.batch_tokens when training, a "
