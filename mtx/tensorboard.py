@@ -45,7 +45,7 @@ class EventLog:
     def __init__(self, path, records=()):
         self.path, self.writer, self.flushed = Path(path), None, time.monotonic()
         try:
-            from tensorboardX.event_file_writer import EventsWriter
+            from tensorboardX import event_file_writer
             from tensorboardX.proto.event_pb2 import Event, SessionLog
             from tensorboardX.proto.summary_pb2 import Summary
         except ImportError:
@@ -59,7 +59,7 @@ class EventLog:
         try:
             for old in self.path.glob(EVENT_FILES):
                 old.unlink()
-            self.writer = EventsWriter(str(self.path / "events"))
+            self.writer = event_file_writer.EventsWriter(str(self.path / "events"))
             # a session start at step 0: a TensorBoard that read the deleted files forgets them
             self.writer.write_event(Event(step=0, wall_time=time.time(),
                                           session_log=SessionLog(status=SessionLog.START)))
