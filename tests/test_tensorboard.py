@@ -126,7 +126,8 @@ def test_an_event_file_on_a_full_disk_costs_one_warning_and_no_record(flush_seco
     """The event file on a full disk (/dev/full), found at a flush after a record (0 s) or when
     the file is closed: one warning, no traceback from any thread, every record kept; more
     records than tensorboardX's queue holds (10) do not block."""
-    monkeypatch.setattr(tensorboardX.record_writer, "open_file", lambda path: open("/dev/full", "wb"))
+    monkeypatch.setattr(tensorboardX.record_writer, "open_file",
+                        lambda path: open("/dev/full", "wb"))
     monkeypatch.setattr(mtx.tensorboard, "FLUSH_SECONDS", flush_seconds)
     run = RunDir(tmp_path)
     steps = list(range(3, 3 * 30, 3))
