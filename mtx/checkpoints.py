@@ -4,7 +4,7 @@ manifests that make each checkpoint one unit.
 Files: ``params-<sha>.params``, ``states-<sha>.states`` and, with a moving average of the
 weights (train.ema_decay), ``ema-<sha>.params`` (never overwritten) and
 ``<name>.json``, a manifest naming the files of checkpoint ``<name>`` (latest, epoch_NNN, best,
-average, interrupted) with their SHA-256, the model config digest and the training state. The
+average) with their SHA-256, the model config digest and the training state. The
 data files are written first and the manifest last, atomically: a crash or a full disk between
 two files leaves the previous manifest pointing at the previous files. Every file is verified
 against its manifest before it is loaded, so the optimizer state (a pickle) is never unpickled
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from . import faults
 from .errors import CheckpointError
-from .files import atomic_write, atomic_write_json, fsync_dir, read_json, sha256_of
+from .files import (atomic_write, atomic_write_json, fsync_dir, held_by_another_process,
+                    read_json, sha256_of, temp_path)
 
 RESUME_HINT = "free some disk space and resume with train.resume=true"
 MANIFEST_FORMAT = 2  # what `save` writes; `verify` reads no other
@@ -54,7 +55,7 @@ class CheckpointFolder:
 
     def resume_points(self):
         """The checkpoints training can continue from, newest first: `latest`, then the epoch
-        checkpoints (not `interrupted`, which holds no optimizer state)."""
+        checkpoints."""
         latest = ["latest"] if (self.folder / "latest.json").is_file() else []
         return latest + self.epoch_names()[::-1]
 
@@ -104,7 +105,7 @@ class CheckpointStore(CheckpointFolder):
 
     def _store(self, kind, suffix, write):
         """Write a data file under its content's name; returns (file name, sha256)."""
-        staging = self.folder / f"staging-{kind}-{os.getpid()}{suffix}"  # this process's own
+        staging = temp_path(self.folder / f"{kind}-staging{suffix}")  # this process's own
         atomic_write(staging, write, RESUME_HINT)
         digest = sha256_of(staging)
         name = f"{kind}-{digest[:16]}{suffix}"
@@ -145,6 +146,8 @@ class CheckpointStore(CheckpointFolder):
         try:
             files, sha = _files_of(manifest, path), dict(manifest["sha256"])
             digest = manifest["config_digest"]
+        except CheckpointError:
+            raise
         except (KeyError, TypeError, ValueError, AttributeError):
             raise CheckpointError(f"{path} is not an mtx checkpoint manifest; use another "
                                   f"checkpoint of the run") from None
@@ -196,13 +199,20 @@ class CheckpointStore(CheckpointFolder):
                 continue  # a damaged manifest names nothing; its files go
         for path in self.folder.glob("*"):
             data_file = path.suffix in (".params", ".states") or path.name.startswith(".")
-            if data_file and path.name not in named and not _staged_by_another(path):
+            if data_file and path.name not in named and not held_by_another_process(path):
                 path.unlink(missing_ok=True)
 
 
 def _files_of(manifest, path):
-    """{kind: Path} of the data files a manifest names."""
-    return {kind: path.parent / name for kind, name in manifest["files"].items()}
+    """{kind: Path} of the data files a manifest (at ``path``) names; CheckpointError when it
+    names anything but a file beside it (``../x``, an absolute path): a damaged manifest."""
+    files = {}
+    for kind, name in manifest["files"].items():
+        if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
+            raise CheckpointError(f"{path} is damaged: it names {name!r}, which is not a file "
+                                  f"of {path.parent}; use another checkpoint of the run")
+        files[kind] = path.parent / name
+    return files
 
 
 def average_into(store, model, names, ctxs):
@@ -223,18 +233,3 @@ def save_average(store, model, names, ctxs, out_name="average"):
     average_into(store, model, names, ctxs)
     return store.save(out_name, model, averaged=list(names))
 
-
-def _staged_by_another(path):
-    """Is ``path`` a staging or temporary file (`staging-<kind>-<pid>`, `.<name>.<pid>.tmp`) of
-    another process that is still alive? Such a file is that process's to finish or remove."""
-    pid = path.stem.rsplit("-", 1)[-1] if path.name.startswith("staging-") else (
-        path.name.rsplit(".", 2)[-2] if path.name.endswith(".tmp") else "")
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

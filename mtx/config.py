@@ -42,6 +42,9 @@ class ModelConfig:
         for key in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must be in [0, 1)")
+        if self.max_len < 2:  # a subword and the end-of-sentence mark
+            raise ConfigError(f"model.max_len={self.max_len}: give at least 2 positions (a "
+                              f"subword and the end of the sentence); the default is 1024")
         if self.heads_per_layer is not None and len(self.heads_per_layer) != self.num_attention_layers:
             raise ConfigError(f"model.heads_per_layer has {len(self.heads_per_layer)} entries; "
                               f"the model has {self.num_attention_layers} attention layers")

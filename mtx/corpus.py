@@ -80,4 +80,4 @@ def load_tokenizer(run_dir):
                              f"is it a training run directory?")
     if path.name == SPM_FILE:
         return SentencePieceTokenizer(path)
-    return WordTokenizer(read_json(path, TokenizerError, "toy vocabulary"))
+    return WordTokenizer(read_json(path, TokenizerError, "toy vocabulary", kind=list))

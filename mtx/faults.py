@@ -4,7 +4,9 @@ Points: ``step`` (after a training step is queued), ``checkpoint`` (a checkpoint
 written, its manifest not yet), ``epoch_end`` (an epoch's checkpoints written, the resume point
 `latest` not yet), ``evaluation`` (inside an evaluation on val: at an epoch's end, then those of
 the final checkpoint choice), ``final_translation`` (before translating each test set at the
-end). Unset, a point costs one dictionary lookup."""
+end), ``export_staged`` (a new export whole beside ``output=``, not yet in its place),
+``export_replaced`` (in its place, the earlier export not yet deleted). Unset, a point costs one
+dictionary lookup."""
 import os
 import signal
 

@@ -4,10 +4,17 @@ Every file mtx writes goes through `atomic_write`: a temporary file in the same 
 flushed and fsync'ed, renamed over the target, then the directory fsync'ed. A crash or a full
 disk leaves either the old file or the new one, never a mix. Logs of records are appended line by
 line (`append_line`), each line flushed and fsync'ed.
+
+A process's temporary files (and folders) are named by `temp_path`, ``.<name>.<pid>.tmp``: no
+two processes share one, and cleanup leaves those of a live process alone
+(`held_by_another_process`).
 """
+import ctypes
+import errno
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 from .errors import FileWriteError
@@ -31,13 +38,57 @@ def fsync_dir(directory):
         os.close(fd)
 
 
+def temp_path(path, pid=None):
+    """The temporary file (or folder) of process ``pid`` (default: this one) for ``path``:
+    ``.<name>.<pid>.tmp`` beside it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid() if pid is None else pid}.tmp")
+
+
+def temp_owner(path):
+    """The process id in the name of a `temp_path`, or None for any other name."""
+    found = re.fullmatch(r"\..+\.(\d+)\.tmp", Path(path).name)
+    return int(found.group(1)) if found else None
+
+
+def held_by_another_process(path):
+    """Is ``path`` a `temp_path` of another process that is still running? Such a file is that
+    process's to finish or remove."""
+    pid = temp_owner(path)
+    if pid is None or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def exchange(first, second):
+    """Swap two paths (files or folders) in one step (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``): at every instant each path holds one of the two. False where the
+    system or the file system cannot (then nothing was moved)."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_cwd, rename_exchange = -100, 2
+    if renameat2(at_cwd, os.fsencode(first), at_cwd, os.fsencode(second), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
 def atomic_write(path, write, hint=None):
     """Call ``write(tmp_path)`` (it creates the file), fsync it, rename it to ``path`` and fsync
     the directory. On failure the temporary file is removed, any previous ``path`` is kept and
     FileWriteError names the file (``hint``: what the user can do, e.g. how to resume).
     Returns ``path``."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path(path)
     try:
         write(str(tmp))
         with open(tmp, "rb+") as f:
@@ -92,17 +143,22 @@ def append_line(path, line, hint=None):
                              ) from None
 
 
-def read_json(path, error, what="file"):
-    """The JSON object in ``path``; ``error`` (an MtxError class) with one line naming the file
-    when it is missing, unreadable or not JSON."""
+def read_json(path, error, what="file", kind=dict):
+    """The JSON object (``kind`` list: array) in ``path``; ``error`` (an MtxError class) with one
+    line naming the file when it is missing, unreadable, not JSON or JSON of another kind."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise error(f"{path} is missing: the {what} was not written or was deleted") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise error(f"{path} is damaged ({type(err).__name__}: {err}); restore it from a copy "
                     f"of the run, or retrain") from None
+    if not isinstance(value, kind):
+        expected = "an object" if kind is dict else "an array"
+        raise error(f"{path} is damaged (JSON {type(value).__name__} where the {what} is "
+                    f"{expected}); restore it from a copy of the run, or retrain")
+    return value
 
 
 def read_json_lines(path, error):

@@ -6,6 +6,7 @@ import contextlib
 import gzip
 import os
 import sys
+import zlib
 
 from .errors import DataError
 
@@ -45,16 +46,20 @@ def _without_bom(text, number):
 
 def _numbered_lines(path):
     """(line number from 1, bytes with the newline) of a file (gzip-compressed or plain);
-    DataError names the file when it is missing, a directory, unreadable or UTF-16."""
+    DataError names the file when it is missing, a directory, unreadable, UTF-16, or damaged
+    gzip (cut short or corrupted)."""
     try:
         with _open(path) as f:
             for number, raw in enumerate(f, 1):
                 if number == 1:
                     _check_start(raw, str(path))
                 yield number, raw
-    except (OSError, EOFError) as err:
-        raise DataError(f"cannot read {path} ({getattr(err, 'strerror', None) or err}); "
-                        f"give an existing, readable text file") from None
+    except (zlib.error, EOFError, gzip.BadGzipFile) as err:
+        raise DataError(f"{path} is a damaged gzip file ({err}); re-download or re-compress "
+                        f"it") from None
+    except OSError as err:
+        raise DataError(f"cannot read {path} ({err.strerror or err}); give an existing, "
+                        f"readable text file") from None
 
 
 def read_lines(path):

@@ -1,6 +1,9 @@
 """TensorBoard event files of a run, written with tensorboardX into the run directory itself:
 one TensorBoard run per run directory, named after its folder, so `tensorboard --logdir
-outputs/` shows every run of a sweep side by side.
+outputs/` shows every run of a sweep side by side. They are written by the training's own
+thread (tensorboardX's `EventsWriter`, not its `SummaryWriter`, whose writing thread would die
+on a full disk with a traceback and then block training once its queue filled), flushed every
+`FLUSH_SECONDS`.
 
 The events mirror the run's records (`mtx.records.RunRecords`): each number under a metric key (one
 with a split: ``train/...``, ``valid/...``) becomes a scalar at the record's step. Step records
@@ -13,6 +16,7 @@ The event files are a view, never needed to train or resume: without tensorboard
 writing fails, one warning is logged and training goes on without them.
 """
 import logging
+import time
 from pathlib import Path
 
 from .typecheck import is_number
@@ -39,9 +43,11 @@ class EventLog:
     is an epoch record) pairs: the records the run keeps so far."""
 
     def __init__(self, path, records=()):
-        self.path, self.writer = Path(path), None
+        self.path, self.writer, self.flushed = Path(path), None, time.monotonic()
         try:
-            from tensorboardX import SummaryWriter
+            from tensorboardX import event_file_writer
+            from tensorboardX.proto.event_pb2 import Event, SessionLog
+            from tensorboardX.proto.summary_pb2 import Summary
         except ImportError:
             if not _missing_reported:
                 _missing_reported.append(True)
@@ -49,11 +55,14 @@ class EventLog:
                             "(pip install 'tensorboardX>=2.6'); the records are in steps.jsonl "
                             "and metrics.jsonl")
             return
+        self.protos = Event, Summary
         try:
             for old in self.path.glob(EVENT_FILES):
                 old.unlink()
-            # purge_step=0: a TensorBoard that already read the deleted files forgets them
-            self.writer = SummaryWriter(str(self.path), purge_step=0, flush_secs=FLUSH_SECONDS)
+            self.writer = event_file_writer.EventsWriter(str(self.path / "events"))
+            # a session start at step 0: a TensorBoard that read the deleted files forgets them
+            self.writer.write_event(Event(step=0, wall_time=time.time(),
+                                          session_log=SessionLog(status=SessionLog.START)))
             for record, epoch in sorted(records, key=lambda pair: pair[0]["step"]):
                 self._write(record, epoch)
         except Exception as err:  # an OSError, a protobuf error: the view is not worth a run
@@ -64,6 +73,9 @@ class EventLog:
         if self.writer is not None:
             try:
                 self._write(record, epoch)
+                if time.monotonic() - self.flushed >= FLUSH_SECONDS:
+                    self.writer.flush()
+                    self.flushed = time.monotonic()
             except Exception as err:
                 self._fail(err)
 
@@ -77,8 +89,11 @@ class EventLog:
                 self._fail(err)
 
     def _write(self, record, epoch):
+        event, summary = self.protos
         for tag, value in scalars(record, epoch):
-            self.writer.add_scalar(tag, value, record["step"])
+            self.writer.write_event(event(
+                step=record["step"], wall_time=time.time(),
+                summary=summary(value=[summary.Value(tag=tag, simple_value=value)])))
 
     def _fail(self, err):
         log.warning("TensorBoard events in %s stop here (%s: %s); the records are in "

@@ -105,7 +105,8 @@ def test_file_chunks_reads_gzip_drops_a_first_line_byte_order_mark_and_numbers_o
     (tmp_path / "empty.txt").write_bytes(b"")
     assert list(file_chunks(tmp_path / "empty.txt")) == []
     (tmp_path / "bad.gz").write_bytes(gzip.compress(text)[:12])  # cut short
-    with pytest.raises(DataError, match="cannot read .*bad.gz"):
+    with pytest.raises(DataError, match="bad.gz is a damaged gzip file .*; re-download or "
+                                        "re-compress it"):
         list(file_chunks(tmp_path / "bad.gz"))
 
 

@@ -120,20 +120,25 @@ def test_without_tensorboardX_the_records_go_on_after_one_warning(tmp_path, monk
     assert not list(tmp_path.glob("events.out.tfevents.*"))
 
 
-def test_a_failing_event_writer_costs_one_warning_and_no_record(tmp_path, monkeypatch, caplog):
-
-    def full_disk(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(tensorboardX.SummaryWriter, "add_scalar", full_disk)
+@pytest.mark.parametrize("flush_seconds", [0, mtx.tensorboard.FLUSH_SECONDS])
+def test_an_event_file_on_a_full_disk_costs_one_warning_and_no_record(flush_seconds, tmp_path,
+                                                                      monkeypatch, caplog, capfd):
+    """The event file on a full disk (/dev/full), found at a flush after a record (0 s) or when
+    the file is closed: one warning, no traceback from any thread, every record kept; more
+    records than tensorboardX's queue holds (10) do not block."""
+    monkeypatch.setattr(tensorboardX.record_writer, "open_file",
+                        lambda path: open("/dev/full", "wb"))
+    monkeypatch.setattr(mtx.tensorboard, "FLUSH_SECONDS", flush_seconds)
     run = RunDir(tmp_path)
+    steps = list(range(3, 3 * 30, 3))
     with caplog.at_level(logging.WARNING):
-        for step in (3, 6, 9):
+        for step in steps:
             run.records.append_step(_record(step, 1.0))
         run.records.close()
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "No space left" in warnings[0].getMessage()
-    assert [r["step"] for r in run.records.steps()] == [3, 6, 9]
+    assert [r["step"] for r in run.records.steps()] == steps
+    assert "Traceback" not in capfd.readouterr().err
 
 
 # -- training ---------------------------------------------------------------------------------

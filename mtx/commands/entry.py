@@ -6,12 +6,16 @@ working directory (the configs travel with the package: ``mtx/conf`` is the repo
 ``conf/``). Whatever goes wrong ends as one line and an exit code (`mtx.commands.exits`): the
 guard inside the job catches the command's errors before Hydra sees them (Hydra would print an
 extra "Error executing job" line); the one around Hydra catches Hydra's own errors, which Hydra
-raises instead of printing them under HYDRA_FULL_ERROR=1 (which the guard sets).
+raises instead of printing them under HYDRA_FULL_ERROR=1 (which the guard sets). A log that
+cannot be written (train.log on a full disk) costs one warning, not a traceback per record
+(`one_warning_per_failed_log`).
 
 Only commands see a DictConfig: `typed` turns a section into its dataclass once, so an unknown
 key or a value of the wrong type fails before any work.
 """
+import logging
 import os
+import sys
 
 from ..config import CONF_DIR, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from ..typecheck import from_dict
@@ -39,6 +43,7 @@ def hydra_command(config_name, command):
     @hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")
     def main(cfg):
         with one_line_errors():
+            one_warning_per_failed_log()
             refuse_null_paths(cfg, config_name)
             return command(cfg)
 
@@ -46,6 +51,31 @@ def hydra_command(config_name, command):
         return run(main)
     entry.__doc__ = command.__doc__
     return entry
+
+
+def one_warning_per_failed_log():
+    """Make each log handler Hydra set up (the console, train.log) say once, on stderr, that
+    it cannot write (a full disk, a closed stream), then take no more records. By default
+    `logging` prints "--- Logging error ---" and a traceback for every record it fails on."""
+    for handler in logging.getLogger().handlers:
+        handler.handleError = _stop_after_first_error(handler)
+
+
+def _stop_after_first_error(handler):
+    def handle_error(record):
+        err = sys.exc_info()[1]
+        handler.setLevel(logging.CRITICAL + 1)  # above every record: it takes no more
+        where = getattr(handler, "baseFilename", None) or "the console"
+        try:
+            handler.close()  # a file: closed now, what it could not write is dropped
+        except OSError:
+            pass
+        try:
+            print(f"warning: cannot write the log to {where} "
+                  f"({getattr(err, 'strerror', None) or err}); it stops there", file=sys.stderr)
+        except Exception:  # noqa: BLE001 (stderr itself is gone: nothing left to tell)
+            pass
+    return handle_error
 
 
 def typed(cfg, section):

@@ -1,14 +1,16 @@
 """How a command ends when something goes wrong: one line on the terminal and an exit code.
 
-- a user error (`mtx.errors.MtxError`; a missing, unreadable or unwritable file; a bad override,
-  an unknown key, a missing ``???`` value): ``error: <what and how to fix>``, exit 2;
+- a user error (`mtx.errors.MtxError`; a missing, unreadable or unwritable file, a name too
+  long, a disk that fails, too many open files; out of memory; a bad override, an unknown key,
+  a missing ``???`` value): ``error: <what and how to fix>``, exit 2;
 - Ctrl-C: ``interrupted``, exit 130;
 - SIGTERM or SIGUSR1 (a scheduler pre-empting the job) in training: ``stopped by SIGTERM: <where
   the run continues>``, exit 75;
 - a closed pipe (``... | head``): nothing more, exit 141;
 - anything else: ``error: internal error (<type>: <message>); this is a bug, please report it
   with the log (traceback in <file>)``, exit 1. The traceback goes to the command's log file
-  (train.log) or, for commands without one, to a temporary file; never to the terminal.
+  (train.log) or, for commands without one, to a temporary file; never to the terminal. When
+  neither can be written (a full /tmp), the line says so instead.
 
 `one_line_errors` is the guard around a command (`mtx.commands.entry` puts it around every
 Hydra command); `OneLineParser` does the same for argparse command lines.
@@ -18,6 +20,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -26,8 +29,8 @@ from ..errors import BUG, INTERRUPTED, PREEMPTED, USER_ERROR, MtxError, Preempte
 
 log = logging.getLogger("mtx")
 
-# OSErrors a user causes and can fix (a path that is missing, unreadable, read-only or full),
-# each with what to do.
+# OSErrors a user can fix (a path that is missing, unreadable, read-only, full or too long; a
+# failing disk; too many open files), each with what to do.
 FILE_ERRNO_FIXES = {
     errno.ENOENT: "give an existing path",
     errno.EACCES: "give a path you may use, or change its permissions",
@@ -39,7 +42,20 @@ FILE_ERRNO_FIXES = {
                   "give another path",
     errno.ENOSPC: "free some disk space, or write somewhere else",
     errno.EDQUOT: "free some disk space, or write somewhere else",
+    errno.ENAMETOOLONG: "use shorter names: a shorter hydra.run.dir, or for a sweep (each run's "
+                        "folder is named after its overrides) fewer or shorter overrides, or "
+                        "hydra.sweep.subdir='${hydra.job.num}'",
+    errno.ELOOP: "the symbolic links in that path form a loop; fix or remove them",
+    errno.EIO: "the disk or network file system failed (see dmesg or the mount); check it, "
+               "then run again",
+    errno.EMFILE: "raise the limit of open files (ulimit -n 4096) and run again",
+    errno.ENFILE: "the system has too many open files: close some programs, or raise "
+                  "fs.file-max, and run again",
 }
+# Out of memory: Python's MemoryError, or an MXNetError with one of these (host and GPU).
+OUT_OF_MEMORY = re.compile(r"out of memory|failed to allocate|bad_alloc", re.IGNORECASE)
+MEMORY_FIX = ("use smaller batches: a smaller train.batch_tokens when training, a smaller "
+              "decode.batch_tokens (or decode.beam_size) when translating")
 BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head` closing the pipe
 HELP = {"ckpt": "pass a training run directory, e.g. ckpt=outputs/train/runs/<time>"}
 
@@ -86,42 +102,62 @@ def _config_message(err):
     return f"{text} (key {full_key})" if full_key and full_key not in text else text
 
 
+def _out_of_memory(err):
+    """The line of ``err`` that says memory ran out, or None when it is not about memory."""
+    if isinstance(err, MemoryError):
+        return f"MemoryError: {_one_line(err)}".rstrip(": ")
+    if not any(c.__name__ == "MXNetError" for c in type(err).__mro__):
+        return None
+    return next((line.strip() for line in str(err).splitlines()
+                 if OUT_OF_MEMORY.search(line)), None)
+
+
 def _user_message(err):
-    """One line for a user error, or None if ``err`` is not one."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-    if isinstance(err, (HydraException, OmegaConfBaseException)):
-        return _config_message(err)
+    """One line for a user error, or None if ``err`` is not one. (Hydra is imported last: with
+    too many open files or no memory left, an import fails.)"""
     if isinstance(err, MtxError):
         return _one_line(err)
     if isinstance(err, OSError) and err.errno in FILE_ERRNO_FIXES:
         what = f"{err.filename}: {err.strerror}" if err.filename else _one_line(err)
         return f"{what}; {FILE_ERRNO_FIXES[err.errno]}"
+    memory = _out_of_memory(err)
+    if memory is not None:
+        return f"out of memory ({memory[:200]}); {MEMORY_FIX}"
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+    if isinstance(err, (HydraException, OmegaConfBaseException)):
+        return _config_message(err)
     return None
 
 
 def _log_to_files(level, message, exc_info=None):
     """Log ``message`` to the root logger's files only (the console gets the one line);
-    returns their paths."""
+    returns the paths of those that take it (a file that failed before takes nothing:
+    `mtx.commands.entry.one_warning_per_failed_log`)."""
     handlers = [h for h in logging.getLogger().handlers
-                if isinstance(h, logging.FileHandler) and h.baseFilename != os.devnull]
+                if isinstance(h, logging.FileHandler) and h.baseFilename != os.devnull
+                and level >= h.level]
     record = log.makeRecord(log.name, level, __file__, 0, "%s", (message,), exc_info)
     for handler in handlers:
-        if level >= handler.level:
-            handler.handle(record)
-    return [h.baseFilename for h in handlers]
+        handler.handle(record)
+    return [h.baseFilename for h in handlers if level >= h.level]
 
 
 def _report_bug(err):
-    """The traceback into the log file, or a temporary file when there is none: its path."""
+    """Where the traceback went: the log file, or a temporary file when there is none; when
+    that cannot be written either (a full /tmp), why not. Never raises."""
     exc_info = (type(err), err, err.__traceback__)
-    files = _log_to_files(logging.ERROR, "internal error", exc_info)
-    if files:
-        return files[0]
-    fd, path = tempfile.mkstemp(prefix="mtx-traceback-", suffix=".txt")
-    with os.fdopen(fd, "w") as f:
-        traceback.print_exception(*exc_info, file=f)
-    return path
+    try:
+        files = _log_to_files(logging.ERROR, "internal error", exc_info)
+        if files:
+            return f"traceback in {files[0]}"
+        fd, path = tempfile.mkstemp(prefix="mtx-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            traceback.print_exception(*exc_info, file=f)
+        return f"traceback in {path}"
+    except Exception as failure:  # noqa: BLE001 (the report of a bug must not be a second one)
+        reason = getattr(failure, "strerror", None) or type(failure).__name__
+        return f"the traceback could not be written: {reason}"
 
 
 @contextlib.contextmanager
@@ -150,7 +186,7 @@ def one_line_errors():
             _exit(USER_ERROR)
         where = _report_bug(err)
         print(f"error: internal error ({type(err).__name__}: {_one_line(err)[:300]}); this is a "
-              f"bug, please report it with the log (traceback in {where})", file=sys.stderr)
+              f"bug, please report it with the log ({where})", file=sys.stderr)
         _exit(BUG)
 
 

@@ -1,18 +1,22 @@
 """An mtx run written as a CTranslate2 model directory: the spec (`mtx.deploy.spec`) converted,
 quantized and written by a `ctranslate2.converters.Converter`, the run's tokenizer beside it and
 ``mtx_export.json`` (what was exported, `read_export_info`). The directory is built beside the
-output and moved into place when whole, so an interrupted export leaves the earlier one.
+output and swapped into place in one step when whole (`_replace_dir`), so at every instant
+``output=`` holds the earlier export or the new one, each complete.
 """
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 import time
 from pathlib import Path
 
 from ..corpus import TOKENIZER_FILES, tokenizer_file
 from ..errors import CheckpointError, ConfigError, FileWriteError
-from ..files import atomic_write_json, fsync_dir, sha256_of
+from .. import faults
+from ..files import (atomic_write_json, exchange, fsync_dir, held_by_another_process, sha256_of,
+                     temp_path)
 from . import EXPORT_INFO, require
 from .spec import transformer_spec, vocabulary_of
 
@@ -49,24 +53,35 @@ def _prepare_output(output):
 
 
 def _replace_dir(staging, output):
-    """Move the finished ``staging`` directory to ``output`` (replacing an earlier export):
-    every file on disk first (CTranslate2 writes without fsync), the old export back in place
-    if the move fails."""
+    """Put the finished ``staging`` directory at ``output``, every file on disk first
+    (CTranslate2 writes without fsync). A new ``output`` is one rename; an earlier export is
+    exchanged with the new one in one step, and then deleted from ``staging``. Where the file
+    system cannot exchange (`mtx.files.exchange`: not Linux, some network file systems) it takes
+    two renames, and a kill between them leaves the earlier export at ``staging``."""
     for path in (p for p in staging.iterdir() if p.is_file()):
         with open(path, "rb") as f:
             os.fsync(f.fileno())
     fsync_dir(staging)
-    old = output.with_name(f".{output.name}.old-{os.getpid()}")
-    if output.exists():
+    faults.point("export_staged")
+    if not output.exists():
+        os.rename(staging, output)
+    elif not exchange(staging, output):
+        old = temp_path(output.with_name(output.name + ".old"))
         os.replace(output, old)
-    try:
         os.replace(staging, output)
-    except OSError:
-        if old.exists():
-            os.replace(old, output)
-        raise
+        staging = old
     fsync_dir(output.parent)
-    shutil.rmtree(old, ignore_errors=True)
+    faults.point("export_replaced")
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_leftovers(output):
+    """Delete what killed exports into ``output`` left beside it (their staging folders, an
+    earlier export swapped out), but a running export's."""
+    ours = re.compile(rf"\.{re.escape(output.name)}(\.old)?\.\d+\.tmp")
+    for path in output.parent.iterdir():
+        if ours.fullmatch(path.name) and not held_by_another_process(path):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def export(model, tokenizer_file, output, quantization="float32", source=None):
@@ -88,8 +103,8 @@ def export(model, tokenizer_file, output, quantization="float32", source=None):
         def _load(self):
             return spec
 
-    staging = output.with_name(f".{output.name}.staging-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+    _remove_leftovers(output)
+    staging = temp_path(output)
     try:
         _Spec().convert(str(staging), quantization=quantization)
         shutil.copyfile(tokenizer_file, staging / tokenizer_file.name)

@@ -7,7 +7,7 @@ import logging
 from ..corpus import (load_corpus, load_tokenizer, save_tokenizer, tokenizer_file,
                       tokenizer_sha256)
 from ..devices import resolve_device, seed_everything
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 from ..parallel import DataParallel
 from ..precision import choose_precision
 from ..resume import check_identity, check_settings
@@ -33,13 +33,20 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
     vocabulary size. A resumed run uses its own tokenizer and is checked against the run
     directory before anything in it is written."""
     # a run with no resume point yet starts again with the settings (and tokenizer) given now
-    resuming = (train_cfg.resume and bool(run.checkpoints.resume_points())
-                and tokenizer_file(run.path) is not None)
+    resuming = train_cfg.resume and bool(run.checkpoints.resume_points())
     started = is_chief and (run.path / "run.json").is_file()  # workers find the chief's
     if not train_cfg.resume and (run.checkpoints.manifests() or started):
         # run.json alone: a run stopped before its first checkpoint, whose records would mix
         raise CheckpointError(f"{run.path} already holds a run; continue it with "
                               f"train.resume=true or choose a new hydra.run.dir")
+    if resuming and tokenizer_file(run.path) is None:  # its checkpoints' words are unknown
+        raise CheckpointError(f"{run.path} has checkpoints but no tokenizer (spm.model or "
+                              f"toy_symbols.json): restore it from a copy of the run, or use a "
+                              f"new hydra.run.dir (nothing in the run was changed)")
+    if model_cfg.max_len < data_cfg.max_pair_len:
+        raise ConfigError(f"data.max_len={data_cfg.max_pair_len} is more than model.max_len="
+                          f"{model_cfg.max_len}, the model's positions: lower data.max_len or "
+                          f"raise model.max_len")
     corpus = load_corpus(data_cfg, data_dir, seed, load_tokenizer(run.path) if resuming else None)
     # none left: a ConfigError, before the run directory is written
     train_pairs = corpus.train_pairs(data_cfg.max_pair_len)
