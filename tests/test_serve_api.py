@@ -180,29 +180,45 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(server):
     assert after["batches"] - before["batches"] < len(jobs)  # some model calls served several
 
 
+# (sentences, words, beam) per request, six requests a wave: up to the request work limit
+# (sentences x subwords with EOS x beam <= limits.max_request_work, 8192)
+WAVES = [(16, 10, 4), (64, 10, 4), (64, 20, 6)]
+
+
 @pytest.mark.parametrize("sig, exit_code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
                          ids=["SIGTERM", "Ctrl-C"])
 def test_stopping_answers_or_refuses_every_request_in_flight(toy_run, sig, exit_code):
+    """The signal comes while requests are in flight (queued or running): each is answered or
+    refused, none dropped. The work grows wave by wave until a wave is still in flight when all
+    its requests are in, so the test does not depend on the machine's speed."""
     process = start_server(toy_run)
-    requests = 6  # about half a second of work on an idle machine: the signal comes in the middle
-    text = [" ".join(f"w{(i + k) % 20}" for k in range(10)) for i in range(16)]
-    answers = [None] * requests
+    requests = 6
+    for sentences, words, beam in WAVES:
+        text = [" ".join(f"w{(i + k) % 20}" for k in range(words)) for i in range(sentences)]
+        answers, threads = [None] * requests, []
+        answered_before = get(process.url, "/health")[1]["jobs"]
 
-    def client(c):
-        try:
-            answers[c] = post(process.url, "/translate", {"text": text, "beam_size": 4})
-        except OSError as err:  # a dropped request: the test fails on it below
-            answers[c] = (None, None, repr(err).encode())
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(requests)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # every request is in: queued, running or answered
-        health = get(process.url, "/health")[1]
-        if health["queued"] + health["running"] + health["jobs"] >= requests:
-            break
-        time.sleep(0.01)
-    assert health["jobs"] < requests, "all answered before the signal: make the work heavier"
+        def client(c, text=text, beam=beam, answers=answers):
+            try:
+                answers[c] = post(process.url, "/translate", {"text": text, "beam_size": beam})
+            except OSError as err:  # a dropped request: the test fails on it below
+                answers[c] = (None, None, repr(err).encode())
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(requests)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # every request is in: queued, running or answered
+            health = get(process.url, "/health")[1]
+            answered = health["jobs"] - answered_before
+            if health["queued"] + health["running"] + answered >= requests:
+                break
+            time.sleep(0.01)
+        if answered < requests:
+            break  # this wave is in flight: stop the server now
+        for thread in threads:
+            thread.join(60)
+    else:
+        pytest.fail("every wave was answered before the signal could come")
     code = process.stop(sig=sig)
     for thread in threads:
         thread.join(60)
@@ -211,7 +227,7 @@ def test_stopping_answers_or_refuses_every_request_in_flight(toy_run, sig, exit_
     assert statuses.count(200) >= 1
     for status, out, _ in answers:
         if status == 200:
-            assert len(out["translations"]) == len(text)
+            assert len(out["translations"]) == sentences
         else:
             assert "shutting down" in out["error"] or "stopped" in out["error"]
     assert code == exit_code, process.log[-5:]

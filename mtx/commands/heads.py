@@ -18,7 +18,7 @@ from ..corpus import load_corpus
 from ..devices import use_numpy_interface
 from ..errors import CheckpointError, ConfigError
 from ..evaluation import translation_rounds
-from ..files import atomic_write_json
+from ..files import atomic_write_json, temp_path
 from ..gates import train_gates
 from ..head_study import (GatedScorer, StudySettings, choose_pruning, curves, importance_scores,
                           save_pruned_run)
@@ -146,9 +146,9 @@ def prune_and_time(s, source, gates, meta):
     against the full model."""
     pruned = heads.prune(source, gates, s.ctx)
     # built beside pruned/ and renamed to it when whole: an interrupted study leaves no pruned/
-    for partial in s.out.glob(".pruned.partial-*"):  # a dead study's (this one holds out/)
+    staging = temp_path(s.out / "pruned")
+    for partial in s.out.glob(".pruned.*.tmp"):  # a dead study's (this one holds out/)
         shutil.rmtree(partial, ignore_errors=True)
-    staging = s.out / f".pruned.partial-{os.getpid()}"
     models = {"full": s.model}  # its one traced graph serves gated and plain calls
     if s.finetune_cfg is not None:
         models["pruned_before_finetune"] = pruned
