@@ -1,9 +1,9 @@
 """One writer per run directory: an advisory lock held for the life of a command that writes it
 (training its run, evaluate and heads their out_dir, export its output).
 
-`RunLock(path)` takes an exclusive `flock` on ``<run>/.lock`` (or another name in it) and writes the holder's process id,
-host and command line into it. A second writer gets one line (`RunInUse`, exit 2) that names the
-holder. The kernel drops the lock when its process ends, however it ends (``kill -9`` too), so a
+`RunLock(path)` takes an exclusive `flock` on ``<run>/.lock`` (or another name in it) and writes
+the holder's process id, host and command line into it. A second writer gets one line
+(`RunInUse`, exit 2) that names the holder. The kernel drops the lock when its process ends, however it ends (``kill -9`` too), so a
 lock file left behind by a dead process never blocks: the next command takes it over.
 """
 import fcntl

@@ -61,26 +61,27 @@ class Checkpointing:
         cluster (``parallel``) first check that they all found the same one (files and state):
         a worker with a stale view of the run directory would diverge from the others."""
         found = self.newest_intact()
-        if not parallel.same(json.dumps(found and found[1:], sort_keys=True)):
-            what = f"{found[0]} (step {found[2]['step']})" if found else "no checkpoint"
+        what = found and [found[1]["sha256"], found[1]["state"]]
+        if not parallel.same(json.dumps(what, sort_keys=True)):
+            what = f"{found[0]} (step {found[1]['state']['step']})" if found else "no checkpoint"
             raise CheckpointError(
                 f"worker {parallel.rank} found {what} in {self.run.path}, another worker another "
                 f"one: every worker must see the run directory as rank 0 wrote it (a shared file "
                 f"system's stale cache? another hydra.run.dir?); fix that, then resume again")
         if found is None:
             return None
-        name, sha256, values = found
-        state = TrainState.from_dict(values)
-        self.store.load(self.store.verify(name, self.pieces.model.cfg), self.pieces.model,
-                        self.pieces.ctxs, self.pieces.trainer, self.pieces.ema)
+        name, manifest = found
+        state = TrainState.from_dict(manifest["state"])
+        self.store.load(manifest, self.pieces.model, self.pieces.ctxs, self.pieces.trainer,
+                        self.pieces.ema)
         log.info("resumed from %s (epoch %d, batch %d of the next, step %d)", name, state.epoch,
                  state.batch_in_epoch, state.step)
         return state
 
     def newest_intact(self):
-        """(name, files' SHA-256, training state) of the newest resume point whose files are
-        whole and which holds a training state; None if the run has none; CheckpointError
-        when it has some, all damaged."""
+        """(name, verified manifest) of the newest resume point whose files are whole and which
+        holds a training state; None if the run has none; CheckpointError when it has some, all
+        damaged."""
         names, problem = self.store.resume_points(), None
         for name in names:
             try:
@@ -88,7 +89,7 @@ class Checkpointing:
                 if not isinstance(manifest.get("state"), dict):
                     raise CheckpointError(f"{name} holds no training state to resume from")
                 TrainState.from_dict(manifest["state"])
-                return name, manifest["sha256"], manifest["state"]
+                return name, manifest
             except CheckpointError as err:
                 log.warning("skipping %s: %s", name, err)
                 problem = problem or err  # the newest's
