@@ -3,8 +3,9 @@
 
 `RunLock(path)` takes an exclusive `flock` on ``<run>/.lock`` (or another name in it) and writes
 the holder's process id, host and command line into it. A second writer gets one line
-(`RunInUse`, exit 2) that names the holder. The kernel drops the lock when its process ends, however it ends (``kill -9`` too), so a
-lock file left behind by a dead process never blocks: the next command takes it over.
+(`RunInUse`, exit 2) that names the holder. The kernel drops the lock when its process ends,
+however it ends (``kill -9`` too), so a lock file left behind by a dead process never blocks: the
+next command takes it over.
 """
 import fcntl
 import os
