@@ -1,13 +1,14 @@
 #!/usr/bin/env python
 """One table from the runs of a sweep:
 
-    python scripts/collect.py FOLDER [--reach BLEU] [--at-update N] [--curves PNG]
+    python scripts/collect.py FOLDER [--reach BLEU] [--at-update N] [--at-minutes M] [--curves PNG]
 
 For every run directory below FOLDER (those with a report.json): its overrides, the parameter
 count, training minutes, updates and median tokens/s, val BLEU, test sacreBLEU and decoding speed;
 with --reach, the training minutes at which its val BLEU (greedy, per epoch) first reached BLEU
 (linear between epochs; "-" if never); with --at-update, its val BLEU after N updates (linear
-between epochs; "-" if it stopped before N: runs compared at equal work); with --curves, every
+between epochs; "-" if it stopped before N: runs compared at equal work); with --at-minutes, its
+val BLEU and val loss after M minutes of training (equal time); with --curves, every
 run's val BLEU against minutes in one picture. Prints markdown and writes summary.json next to
 the runs. Runs that differ only in their seed (e.g. `make ablate`: seed=1,2) also get a second
 table, one row per setting: the mean over the seeds and each seed's value.
@@ -49,6 +50,7 @@ def summarize(run_dir, metrics, name):
                 "epochs": report["epochs"], "steps": report["steps"],
                 "train_tok_s": round(statistics.median(tok_s)) if tok_s else None,
                 "valid_bleu": valid and valid["score"],
+                "valid_loss": report["final"].get("valid_loss"),
                 "test_sacrebleu": test.get("sacrebleu", {}).get("score"),
                 "test_bleu_tok_lc": test.get("bleu_tok_lc", {}).get("score"),
                 "decode_sent_s": test.get("sentences_per_second"),
@@ -58,19 +60,22 @@ def summarize(run_dir, metrics, name):
                         f"missing); retrain the run or move it out of the folder") from None
 
 
-def val_curve(metrics, x="wall_minutes"):
-    """[(x, val BLEU)] of a run's epochs (its `read_metrics`), x its wall minutes or its "step"."""
-    return [(r[x], r["valid/bleu"]) for r in metrics if r.get("valid/bleu") is not None]
+def val_curve(metrics, x="wall_minutes", y="valid/bleu"):
+    """[(x, y)] of a run's epochs (its `read_metrics`): x its wall minutes or its "step", y its
+    val BLEU or "valid/loss"."""
+    return [(r[x], r[y]) for r in metrics if r.get(y) is not None]
 
 
-def value_at(curve, x):
-    """The val BLEU of ``curve`` [(x, BLEU)] at ``x``, linear between epochs (from (0, 0) before
-    the first); None past its end."""
-    previous = (0.0, 0.0)
+def value_at(curve, x, origin=(0.0, 0.0), digits=2):
+    """The value of ``curve`` [(x, y)] at ``x``, linear between epochs and from ``origin``
+    before the first (None: nothing before the first epoch); None past its end."""
+    previous = origin
     for xi, value in curve:
         if xi >= x:
-            (x0, b0), (x1, b1) = previous, (xi, value)
-            return round(b0 + (b1 - b0) * (x - x0) / (x1 - x0), 2)
+            if previous is None:
+                return value if xi == x else None
+            (x0, y0), (x1, y1) = previous, (xi, value)
+            return round(y0 + (y1 - y0) * (x - x0) / (x1 - x0), digits)
         previous = (xi, value)
     return None
 
@@ -130,6 +135,8 @@ def main(argv=None):
     ap.add_argument("folder", nargs="?", default="outputs/train/multiruns")
     ap.add_argument("--reach", type=float, help="also the minutes to reach this val BLEU")
     ap.add_argument("--at-update", type=int, help="also the val BLEU after this many updates")
+    ap.add_argument("--at-minutes", type=float, help="also val BLEU and loss after this many "
+                                                     "minutes of training")
     ap.add_argument("--curves", type=Path, help="write every run's val BLEU curve here (PNG)")
     args = ap.parse_args(argv)
     folder = args.folder
@@ -146,6 +153,11 @@ def main(argv=None):
         for row, m in zip(rows, metrics):
             row[f"val_bleu_at_update_{args.at_update}"] = value_at(val_curve(m, "step"),
                                                                    args.at_update)
+    if args.at_minutes is not None:
+        for row, m in zip(rows, metrics):
+            row[f"val_bleu_at_{args.at_minutes:g}_min"] = value_at(val_curve(m), args.at_minutes)
+            row[f"val_loss_at_{args.at_minutes:g}_min"] = value_at(
+                val_curve(m, y="valid/loss"), args.at_minutes, origin=None, digits=3)
     if args.curves:
         from mtx.pictures import learning_curves
         learning_curves({row["run"]: val_curve(m) for row, m in zip(rows, metrics)},

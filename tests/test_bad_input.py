@@ -43,7 +43,7 @@ line = st.one_of(
 
 
 @pytest.mark.slow
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(line, min_size=1, max_size=8))
 def test_one_output_line_per_input_line(translator, lines, tmp_path_factory):

@@ -1,8 +1,10 @@
 """mtx-bench: its command line refuses bad input in one line, the measurements run on the toy task
 and print their tables, and training in interleaved rounds pairs its ratios round by round."""
 import json
+import shutil
 
 import pytest
+from omegaconf import OmegaConf
 
 from mtx.bench import rounds
 from mtx.bench.__main__ import main
@@ -34,6 +36,8 @@ def no_children(monkeypatch):
                                        "--run RUN_DIR"),
     (["decode", "--run", "r", "--impl", "gluonnlp"], "--impl gluonnlp: unknown implementation; "
                                                      "choose from mtx, mtx-bf16, ct2-float32"),
+    (["decode", "--run", "a,b", "--impl", "mtx,ct2-int8"],
+     "--run a,b: several runs are timed with one implementation, --impl mtx or mtx-bf16"),
     (["serve"], "serve translates a trained run: give --run RUN_DIR"),
     (["train", "--impl", "mtx,mtx@no-such-revision-x"], "no such git revision"),
     (["train", "--impl", "mtx", "--rounds", "0"], "--rounds: '0' is not a whole number >= 1"),
@@ -130,3 +134,25 @@ def test_decode_run_translates_with_beam_5_and_greedily(toy_run, tmp_path, capsy
     assert row["sentences"] == 40 and row["beam5_sacrebleu"] > 80 and row["greedy_sacrebleu"] > 80
     assert row["beam5_sent_s"] > 0 and row["greedy_subwords_s"] > 0
     assert "| mtx | 40 |" in capsys.readouterr().out
+
+
+def test_decode_times_runs_against_each_other_in_one_process(toy_run, tmp_path, capsys):
+    """`decode --run A,B`: one row per run, translated in interleaved rounds, each with its
+    time over the first run's; runs with different test splits are refused in one line."""
+    other = tmp_path / "other"
+    shutil.copytree(toy_run, other)
+    out = tmp_path / "decode.json"
+    main(["decode", "--run", f"{toy_run},{other}", "--max-sentences", "20", "--rounds", "2",
+          "--out", str(out)])
+    rows = json.loads(out.read_text())["decode"]
+    assert list(rows) == [f"mtx {toy_run.name}", "mtx other"]
+    first, second = rows.values()
+    assert first["beam5_time_vs_first"] == first["greedy_time_vs_first"] == 1.0
+    assert second["beam5_time_vs_first"] > 0 and second["greedy_seconds"] > 0
+    assert first["beam5_sacrebleu"] == second["beam5_sacrebleu"] > 80  # the same weights
+    assert "| mtx other | 20 |" in capsys.readouterr().out
+    config = OmegaConf.load(other / "config.yaml")
+    config.seed += 1
+    OmegaConf.save(config, other / "config.yaml")
+    assert "has another test split than" in one_line_error(
+        capsys, ["decode", "--run", f"{toy_run},{other}", "--max-sentences", "20"])

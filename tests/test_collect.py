@@ -22,11 +22,11 @@ def _run(folder, name, curve, updates_per_epoch=100):
               "sentences_per_second": 50.0, "beam_size": 1}
     (run / "report.json").write_text(json.dumps({
         "parameters": 1000, "train_minutes": curve[-1][0], "epochs": len(curve), "steps": 100,
-        "final": {"valid_bleu": {"score": curve[-1][1]}},
+        "final": {"valid_bleu": {"score": curve[-1][1]}, "valid_loss": 5.0 - curve[-1][1] / 10},
         "scores": {"test_2016_flickr": scores}}))
     (run / "metrics.jsonl").write_text("".join(
-        json.dumps({"wall_minutes": m, "valid/bleu": b, "train/tok_s": 1000.0,
-                    "step": updates_per_epoch * (i + 1)}) + "\n"
+        json.dumps({"wall_minutes": m, "valid/bleu": b, "valid/loss": 5.0 - b / 10,
+                    "train/tok_s": 1000.0, "step": updates_per_epoch * (i + 1)}) + "\n"
         for i, (m, b) in enumerate(curve)))
 
 
@@ -113,6 +113,20 @@ def test_val_bleu_at_equal_updates(collect, tmp_path, capsys):
     assert lines[3].startswith("| small_batches |") and lines[3].endswith("| 10.0 |")
 
 
+def test_val_bleu_and_loss_at_equal_minutes(collect, tmp_path, capsys):
+    """--at-minutes: both interpolated between epochs; no loss before the first epoch (BLEU
+    starts from 0), and neither past a run's end."""
+    _run(tmp_path, "fast", [(4.0, 20.0), (8.0, 30.0)])
+    _run(tmp_path, "short", [(6.0, 10.0)])
+    collect.main([str(tmp_path), "--at-minutes", "6"])
+    rows = _table([line for line in capsys.readouterr().out.splitlines()
+                   if line.startswith("|")])
+    assert [(r["run"], r["val_bleu_at_6_min"], r["val_loss_at_6_min"]) for r in rows] == [
+        ("fast", "25.0", "2.5"), ("short", "10.0", "4.0")]
+    assert collect.value_at([(4.0, 3.0), (8.0, 2.0)], 2.0, origin=None, digits=3) is None
+    assert collect.value_at([(4.0, 3.0)], 9.0, origin=None) is None
+
+
 def test_a_run_without_metrics_or_test_scores_gets_dashes(collect, tmp_path, capsys):
     _run(tmp_path, "complete", [(5.0, 20.0)])
     _run(tmp_path, "no_test", [(5.0, 24.0)])
@@ -121,8 +135,8 @@ def test_a_run_without_metrics_or_test_scores_gets_dashes(collect, tmp_path, cap
     (tmp_path / "no_test" / "metrics.jsonl").unlink()
     collect.main([str(tmp_path)])
     rows = {line.split(" | ")[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
-    assert rows["| complete"].endswith("| 1000 | 20.0 | 30.0 | 31.0 | 50.0 | 1 |")
-    assert rows["| no_test"].endswith("| - | 24.0 | - | - | - | - |")
+    assert rows["| complete"].endswith("| 1000 | 20.0 | 3.0 | 30.0 | 31.0 | 50.0 | 1 |")
+    assert rows["| no_test"].endswith("| - | 24.0 | 2.6 | - | - | - | - |")
 
 
 @pytest.mark.parametrize("report, problem", [("{not json", "is damaged"),

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mtx.errors import USER_ERROR
+from mtx.errors import PREEMPTED, USER_ERROR
 from mtx.rundir import RunDir
 from mtx.runlock import RunInUse, RunLock
 from tests.conftest import ROOT, run_script
@@ -67,10 +67,11 @@ def test_taking_the_lock_twice_through_one_holder_is_harmless(tmp_path):
 @pytest.mark.slow
 def test_two_trainings_into_one_directory_one_trains_the_other_is_refused(tmp_path):
     """The second `mtx-train` into a directory in use exits 2 with one line naming the first;
-    the first finishes and its checkpoints hold its own weights (they verify)."""
+    the first trains on until stopped (SIGTERM, exit 75) and its checkpoints hold its own
+    weights (they verify)."""
     run_dir = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "train.py"),
-                              "experiment=smoke", "train.max_epochs=30", f"hydra.run.dir={run_dir}"],
+    train = [sys.executable, str(ROOT / "scripts" / "train.py"), "experiment=smoke"]
+    first = subprocess.Popen([*train, "train.max_epochs=1000", f"hydra.run.dir={run_dir}"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 120
@@ -81,8 +82,12 @@ def test_two_trainings_into_one_directory_one_trains_the_other_is_refused(tmp_pa
         errors = second.stderr.decode().strip().splitlines()
         assert second.returncode == USER_ERROR
         assert len(errors) == 1 and f"process {first.pid}" in errors[0], errors
+        while not (run_dir / "checkpoints" / "epoch_001.json").is_file():  # it trains on
+            assert first.poll() is None and time.monotonic() < deadline, "the first stopped"
+            time.sleep(0.2)
     finally:
-        assert first.wait(timeout=600) == 0, first.stderr.read().decode()[-2000:]
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=600) == PREEMPTED, first.stderr.read().decode()[-2000:]
     store = RunDir(run_dir).checkpoints
     for name in ["latest", *store.epoch_names()]:
         store.verify(name)

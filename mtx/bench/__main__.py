@@ -1,14 +1,18 @@
 """Throughput of mtx against gluonnlp 0.10, the d2l book and CTranslate2 (`make bench`).
 
     mtx-bench train --impl IMPL[,IMPL...] [--rounds 3] [--seconds 60] [--warmup-steps 20]
-    mtx-bench decode --run RUN_DIR [--impl mtx,mtx-bf16,ct2-float32,ct2-int8]
+    mtx-bench decode --run RUN_DIR [--impl mtx,mtx-bf16,ct2-float32,ct2-int8] [--rounds 3]
+    mtx-bench decode --run RUN_DIR,RUN_DIR[,...] [--impl mtx]   (runs against each other)
     mtx-bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5]
 
 Training: every implementation gets conf/model/small.yaml (--model, untied, the corpus's
 vocabulary), conf/data/multi30k_en_de.yaml (--data), the same ~4096-token batches and
 OMP_NUM_THREADS threads. One implementation is measured here, several each in a child, training
 in interleaved rounds with paired ratios (`rounds`). IMPL@REV is IMPL at git revision REV.
-DNNL_MAX_CPU_ISA=AVX2 in front measures as a CPU without AVX-512 would. Tables go to stdout.
+DNNL_MAX_CPU_ISA=AVX2 in front measures as a CPU without AVX-512 would. Decoding: the run's
+test split with beam 5 and greedily, best of --rounds; several runs are translated by one mtx
+implementation in one process, in interleaved rounds (a smaller model against a larger one).
+Tables go to stdout.
 """
 import argparse
 import logging
@@ -20,7 +24,8 @@ from ..commands.paths import writable_file
 from ..errors import ConfigError
 from . import rounds, tables
 from .inputs import DEFAULT_DATA, DEFAULT_MODEL
-from .measure import DECODE_DEFAULT, DECODE_IMPLS, TRAIN_IMPLS, describe, measure
+from .measure import (DECODE_DEFAULT, DECODE_IMPLS, MTX_PRECISIONS, TRAIN_IMPLS, decode_runs,
+                      describe, measure)
 from .serve import measure_serve
 
 log = logging.getLogger("mtx.bench")
@@ -52,8 +57,12 @@ def impl_names(args, known, default=None):
 def run_measurement(args):
     """`train` or `decode`: one implementation here, several in children -> (report, tables)."""
     kind = args.command
+    several_runs = kind == "decode" and len(decode_runs(args.run)) > 1
     names = (impl_names(args, TRAIN_IMPLS) if kind == "train" else
-             impl_names(args, DECODE_IMPLS, ",".join(DECODE_DEFAULT)))
+             impl_names(args, DECODE_IMPLS, "mtx" if several_runs else ",".join(DECODE_DEFAULT)))
+    if several_runs and (len(names) != 1 or names[0] not in MTX_PRECISIONS):
+        raise ConfigError(f"--run {args.run}: several runs are timed with one implementation, "
+                          f"--impl mtx or mtx-bf16")
     if len(names) == 1 and "@" not in names[0]:
         report = measure(kind, names[0], args)
     elif kind == "train":
@@ -88,15 +97,15 @@ OPTIONS = {
     "seconds": dict(type=number(float, 0), help="measured seconds (train: 60 per "
                                                 "implementation and round; serve: 20 per row)"),
     "warmup-steps": dict(type=number(int, 0), default=20, help="untimed training steps first"),
-    "rounds": dict(type=number(int, 1), default=3, help="interleaved training rounds"),
-    "run": dict(help="a trained run directory"),
+    "rounds": dict(type=number(int, 1), default=3, help="interleaved rounds"),
+    "run": dict(help="a trained run directory (decode: several, comma-separated)"),
     "max-sentences": dict(type=number(int, 1), help="only the first N test sentences"),
     "clients": dict(default="1,4,16", help="concurrent clients, one row each"),
     "beam": dict(type=number(int, 1), default=5)}
 COMMANDS = {"train": (run_measurement, "training throughput, MFU and paired ratios",
                       "impl model data seconds warmup-steps rounds"),
             "decode": (run_measurement, "a trained run translated by mtx and CTranslate2",
-                       "run impl max-sentences"),
+                       "run impl max-sentences rounds"),
             "serve": (measure_serve, "mtx-serve under concurrent clients (docs/serving.md)",
                       "run clients seconds beam max-sentences")}
 

@@ -58,19 +58,20 @@ def describe():
 
 
 def measure(kind, name, args):
-    """Implementation ``name``'s measurement ``kind`` ("train", or "decode" of run ``args.run``)
-    -> its report: the machine, the model config and {kind: {name: result}}."""
+    """Implementation ``name``'s measurement ``kind`` ("train", or "decode" of --run's runs)
+    -> its report: the machine, the (first run's) model config and {kind: {label: result}}."""
     if name != "gluonnlp" and name not in CT2:  # gluonnlp: the legacy API; CTranslate2: no MXNet
         from ..devices import use_numpy_interface
         use_numpy_interface()
-    result, model_cfg = (measure_train if kind == "train" else measure_decode)(name, args)
-    result.update(precision=CT2[name][0] if name in CT2 else MTX_PRECISIONS.get(name, "float32"),
-                  peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
-    if name in MTX_PRECISIONS:
-        from .. import kernels
-        result["kernels"] = dict(kernels.status())
-    return {"machine": describe(), "model_config": dataclasses.asdict(model_cfg),
-            kind: {name: result}}
+    results, model_cfg = (measure_train if kind == "train" else measure_decode)(name, args)
+    precision = CT2[name][0] if name in CT2 else MTX_PRECISIONS.get(name, "float32")
+    for result in results.values():
+        result.update(precision=precision,
+                      peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+        if name in MTX_PRECISIONS:
+            from .. import kernels
+            result["kernels"] = dict(kernels.status())
+    return {"machine": describe(), "model_config": dataclasses.asdict(model_cfg), kind: results}
 
 
 def training_step(name, model_cfg):
@@ -108,13 +109,14 @@ def measure_train(name, args):
     tok_s = [sum(b.num_tgt_tokens for _, b in w) / sum(s for s, _ in w)
              for w in windows or [measured]]
     flops = sum(train_flops(model_cfg, b) for _, b in measured) / sum(s for s, _ in measured)
-    return {"tok_s": round(float(onp.median(tok_s)), 1), "tok_s_windows": [round(x) for x in tok_s],
+    return {name: {
+            "tok_s": round(float(onp.median(tok_s)), 1), "tok_s_windows": [round(x) for x in tok_s],
             "gflop_s": round(flops / 1e9, 1), "steps": args.warmup_steps + len(measured),
             "warmup_steps": args.warmup_steps, "batches": len(batches),
             "batch_shapes": len({b.padded_shape for b in batches}),
             "real_tgt_tokens": round(float(onp.mean([b.num_tgt_tokens for b in batches]))),
             "padded_tgt_tokens": round(float(onp.mean([b.tgt_in.size for b in batches]))),
-            **gemm_peaks()}, model_cfg
+            **gemm_peaks()}}, model_cfg
 
 
 def gemm_peaks():
@@ -152,22 +154,43 @@ def run_translators(name, run_dir, tmp_dir):
     return lambda decode_cfg: Translator(model, tokenizer, decode_cfg, mx.cpu())
 
 
+def decode_runs(run_option):
+    """--run's run directories (comma-separated)."""
+    return [Path(run) for run in str(run_option).split(",") if run]
+
+
 def measure_decode(name, args):
-    """Implementation ``name`` translating run --run's test split (--max-sentences), the same
-    sentences and threads for every implementation -> (result, the run's ModelConfig)."""
+    """Implementation ``name`` translating the test split (--max-sentences) of run --run, or of
+    several runs timed against each other in this process, in interleaved rounds (--rounds; the
+    best round counts) -> ({label: result}, the first run's ModelConfig). The label is ``name``,
+    with several runs ``name <run folder>``; each has its time over the first run's
+    (``beam5_time_vs_first``: below 1, that run translates faster)."""
     from ..config import ModelConfig
     from ..evaluation import translator_rounds
     from ..rundir import read_config
-    src, ref, data_cfg = inputs.run_test_split(args.run, args.max_sentences)
-    result = {"sentences": len(src)}
+    runs = decode_runs(args.run)
+    src, ref, data_cfg = inputs.run_test_split(runs[0], args.max_sentences)
+    for run in runs[1:]:
+        if inputs.run_test_split(run, args.max_sentences)[:2] != (src, ref):
+            raise ConfigError(f"--run: {run} has another test split than {runs[0]}; compare "
+                              f"runs of one corpus and language pair")
+    labels = [name if len(runs) == 1 else f"{name} {run.name}" for run in runs]
+    if len(set(labels)) < len(labels):  # runs in folders of one name: their paths
+        labels = [f"{name} {run}" for run in runs]
+    results = {label: {"sentences": len(src)} for label in labels}
     with tempfile.TemporaryDirectory(prefix="mtx-bench-run-") as tmp:
-        make = run_translators(name, args.run, tmp)
-        for label, beam in RUN_BEAMS.items():
-            timing = translator_rounds({name: make(inputs.decode_config(beam))}, src, ref,
-                                       data_cfg.tgt_lang, rounds=1)[name]
-            seconds = max(timing["best"], 1e-3)
-            result.update({f"{label}_seconds": timing["best"],
-                           f"{label}_sent_s": round(len(src) / seconds, 1),
-                           f"{label}_subwords_s": round(timing["subwords"] / seconds, 1),
-                           f"{label}_sacrebleu": round(timing["sacrebleu"]["score"], 2)})
-    return result, read_config(ModelConfig, Path(args.run) / "model.json", "model config")
+        makers = {label: run_translators(name, run, tmp) for label, run in zip(labels, runs)}
+        for column, beam in RUN_BEAMS.items():
+            timings = translator_rounds({label: make(inputs.decode_config(beam))
+                                         for label, make in makers.items()}, src, ref,
+                                        data_cfg.tgt_lang, rounds=args.rounds)
+            first = max(timings[labels[0]]["best"], 1e-3)
+            for label, timing in timings.items():
+                seconds, row = max(timing["best"], 1e-3), results[label]
+                row.update({f"{column}_seconds": timing["best"],
+                            f"{column}_sent_s": round(len(src) / seconds, 1),
+                            f"{column}_subwords_s": round(timing["subwords"] / seconds, 1),
+                            f"{column}_sacrebleu": round(timing["sacrebleu"]["score"], 2)})
+                if len(runs) > 1:
+                    row[f"{column}_time_vs_first"] = round(seconds / first, 3)
+    return results, read_config(ModelConfig, runs[0] / "model.json", "model config")

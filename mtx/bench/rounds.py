@@ -24,7 +24,7 @@ from ..errors import ConfigError
 ROOT = Path(__file__).resolve().parents[2]  # the checkout mtx runs from
 
 CHILD_OPTIONS = {"train": ("model", "data", "seconds", "warmup_steps"),
-                 "decode": ("run", "max_sentences")}
+                 "decode": ("run", "max_sentences", "rounds")}
 PEAKS = {"float32": "gemm_peak_gflop_s", "bfloat16": "gemm_peak_bf16_gflop_s"}  # result keys
 log = logging.getLogger("mtx.bench")
 _checkouts = {}  # revision -> worktree path
