@@ -160,7 +160,7 @@ def test_bench_decode_puts_ctranslate2_beside_mtx_on_a_run(tmp_path, capsys):
     run = make_run(tmp_path / "run", random_model(small_cfg()))
     code = ("import json, sys; from types import SimpleNamespace as N; "
             "from mtx.bench.measure import measure; "
-            f"r = measure('decode', 'ct2-int8', N(run={str(run)!r}, max_sentences=4)); "
+            f"r = measure('decode', 'ct2-int8', N(run={str(run)!r}, max_sentences=4, rounds=1)); "
             "print(json.dumps({**r['decode']['ct2-int8'], 'mxnet': 'mxnet' in sys.modules}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
