@@ -64,13 +64,13 @@ def measure(kind, name, args):
         from ..devices import use_numpy_interface
         use_numpy_interface()
     results, model_cfg = (measure_train if kind == "train" else measure_decode)(name, args)
-    precision = CT2[name][0] if name in CT2 else MTX_PRECISIONS.get(name, "float32")
+    common = {"precision": CT2[name][0] if name in CT2 else MTX_PRECISIONS.get(name, "float32"),
+              "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    if name in MTX_PRECISIONS:
+        from .. import kernels
+        common["kernels"] = dict(kernels.status())
     for result in results.values():
-        result.update(precision=precision,
-                      peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
-        if name in MTX_PRECISIONS:
-            from .. import kernels
-            result["kernels"] = dict(kernels.status())
+        result.update(common)
     return {"machine": describe(), "model_config": dataclasses.asdict(model_cfg), kind: results}
 
 
