@@ -137,6 +137,8 @@ class TrainConfig:
     batch_tokens: int = 1024        # padded tokens per batch (longer side)
     lr: float = 1e-3                # peak learning rate
     warmup_steps: int = 1600        # linear warm-up, then inverse square root decay
+    cooldown: float = 0.0           # the last fraction of the budget (max_minutes or max_epochs,
+                                    # the nearer): the lr falls linearly to 0; 0 = none
     beta1: float = 0.9              # Adam's first-moment decay
     beta2: float = 0.98
     epsilon: float = 1e-9           # Adam's epsilon (outside the square root)
@@ -193,6 +195,10 @@ class TrainConfig:
         if self.lr <= 0 or self.warmup_steps < 1:
             raise ConfigError(f"train.lr={self.lr}, train.warmup_steps={self.warmup_steps}: "
                               f"give a learning rate > 0 and 1 or more warm-up steps")
+        if not 0 <= self.cooldown <= 1:
+            raise ConfigError(f"train.cooldown={self.cooldown}: give the fraction of the budget "
+                              f"in which the learning rate falls to 0, from 0 (none) to 1, "
+                              f"e.g. 0.2")
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"train.ema_decay={self.ema_decay}: 0 (off) or a decay in (0, 1), "
                               f"e.g. 0.999")

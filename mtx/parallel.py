@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 FLAG_KEY = 1 << 20  # our own KVStore keys, far beyond the Trainer's parameter indices
 DIGEST_KEY = FLAG_KEY + 1
+MEAN_KEY = FLAG_KEY + 2
 DIGEST_PARTS = 4    # 64 bits of a SHA-256 as 16-bit parts: their sum over up to 256 workers is
                     # an integer float32 holds exactly
 
@@ -43,6 +44,7 @@ class DataParallel:
         if self.kv:
             self.kv.init(FLAG_KEY, mx.nd.zeros(1))
             self.kv.init(DIGEST_KEY, mx.nd.zeros(DIGEST_PARTS))
+            self.kv.init(MEAN_KEY, mx.nd.zeros(1))
 
     @property
     def trainer_kvstore(self):
@@ -69,6 +71,13 @@ class DataParallel:
         if self.kv is None:
             return bool(flag)
         return self._sum(FLAG_KEY, [1.0 if flag else 0.0])[0] > 0
+
+    def mean(self, value):
+        """The mean of ``value`` over the workers, the same number on every one (without a
+        KVStore, ``value`` itself). Every worker must call it at the same point."""
+        if self.kv is None:
+            return value
+        return self._sum(MEAN_KEY, [value])[0] / self.num_workers
 
     def same(self, text):
         """True on every worker when ``text`` (e.g. the digest of the checkpoint it restored) is

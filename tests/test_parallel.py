@@ -89,7 +89,8 @@ def test_unknown_kvstore_is_a_config_error():
 
 
 CLUSTER_TRAINING = ["experiment=smoke", "train.kvstore=dist_sync", "data.sizes=[1000,50,50]",
-                    "train.log_every=5", "train.save_every_minutes=0"]
+                    "train.log_every=5", "train.save_every_minutes=0",
+                    "train.cooldown=0.5"]  # the budget spent: agreed over the KVStore
 WORKER_DIGESTS = (r"worker (\d) of 2: trained on (\d+) sentences \(ids digest (\w+)\) in (\d+) "
                   r"steps; parameter digest (\w+)")
 

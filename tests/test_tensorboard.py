@@ -146,12 +146,12 @@ class Crash(Exception):
     """A process dying at a chosen moment (as MTX_KILL_AT does, but inside this process)."""
 
 
-def _fit(run_dir, corpus, data_cfg):
+def _fit(run_dir, corpus, data_cfg, **train_settings):
     model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
                             num_decoder_layers=1, dropout=0.1, vocab_size=len(corpus.tokenizer))
     # save_every_minutes=0: a resume point at every log point
     train_cfg = TrainConfig(batch_tokens=256, max_epochs=2, warmup_steps=5, log_every=LOG_EVERY,
-                            save_every_minutes=0, average_last=0)
+                            save_every_minutes=0, average_last=0, **train_settings)
     return new_fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(beam_size=1), run_dir,
                    [mx.cpu()], seed=5)
 
@@ -172,6 +172,25 @@ def uninterrupted(toy_data, tmp_path_factory):
 
 def _same_records(records):
     return [(r["step"], r["epoch"], r["tokens"], r["train/lr"], r["train/loss"]) for r in records]
+
+
+def test_a_cooldown_brings_the_learning_rate_down_linearly_to_the_budgets_end(toy_data, tmp_path):
+    """train.cooldown=1 over max_epochs=2: each step's lr is the warm-up schedule's times 1 -
+    the budget spent at the last log point (or the epoch's start) before it."""
+    fit = _fit(tmp_path / "run", *toy_data, cooldown=1.0)
+    fit.run()
+    run = RunDir(tmp_path / "run")
+    steps, epochs = run.records.steps(), run.records.metrics()
+    per_epoch = epochs[0]["step"]
+    for r in steps:
+        in_epoch = r["step"] - (r["epoch"] - 1) * per_epoch
+        read_at = (in_epoch - 1) // LOG_EVERY * LOG_EVERY  # the last read before this step
+        spent = (r["epoch"] - 1 + read_at / per_epoch) / 2
+        assert r["train/lr"] == pytest.approx(inverse_sqrt_warmup(r["step"], fit.train_cfg.lr, 5)
+                                              * (1 - spent))
+    assert steps[0]["train/lr"] == inverse_sqrt_warmup(steps[0]["step"], fit.train_cfg.lr, 5)
+    assert steps[-1]["train/lr"] < 0.1 * inverse_sqrt_warmup(steps[-1]["step"], fit.train_cfg.lr, 5)
+    assert fit.pieces.trainer.learning_rate == pytest.approx(steps[-1]["train/lr"])
 
 
 @pytest.mark.slow

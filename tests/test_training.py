@@ -14,7 +14,7 @@ from mtx.rundir import RunDir, load_run
 from mtx.corpus import load_corpus
 from mtx.loss import label_smoothed_loss
 from mtx.model import Transformer
-from mtx.schedule import inverse_sqrt_warmup
+from mtx.schedule import inverse_sqrt_warmup, learning_rate
 from mtx.training import new_fit
 from mtx.training.steps import train_step
 
@@ -54,6 +54,20 @@ def test_inverse_sqrt_warmup():
     assert inverse_sqrt_warmup(50, 1e-3, 100) == pytest.approx(5e-4)
     assert inverse_sqrt_warmup(100, 1e-3, 100) == pytest.approx(1e-3)
     assert inverse_sqrt_warmup(400, 1e-3, 100) == pytest.approx(5e-4)
+
+
+def test_learning_rate_falls_to_zero_over_the_cooldown():
+    cfg = TrainConfig(lr=1e-3, warmup_steps=100, cooldown=0.2)
+    assert learning_rate(400, cfg, 0.5) == inverse_sqrt_warmup(400, 1e-3, 100)
+    assert learning_rate(400, cfg, 0.9) == pytest.approx(inverse_sqrt_warmup(400, 1e-3, 100) / 2)
+    assert learning_rate(400, cfg, 1.0) == 0.0
+    assert learning_rate(400, TrainConfig(lr=1e-3, warmup_steps=100), 1.0) == pytest.approx(5e-4)
+
+
+@pytest.mark.parametrize("cooldown", [-0.1, 1.5])
+def test_a_cooldown_outside_0_1_is_a_config_error(cooldown):
+    with pytest.raises(ConfigError, match="train.cooldown"):
+        TrainConfig(cooldown=cooldown)
 
 
 def _load_best(run):

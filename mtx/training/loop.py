@@ -4,7 +4,8 @@ signals (Ctrl-C, a scheduler's SIGTERM or SIGUSR1: a resume point at the next st
 
 Determinism: epoch e's batch order comes from `epoch_seed`, and dropout is reseeded after every
 step (`position_seed`), so every step boundary can be a resume point: a run resumed from any
-checkpoint reaches the parameters of the uninterrupted run (CPU, fixed seed).
+checkpoint reaches the parameters of the uninterrupted run (CPU, fixed seed); with a
+`train.cooldown` of `train.max_minutes`, up to the clock the learning rate then reads.
 """
 import contextlib
 import logging
@@ -16,7 +17,7 @@ from tqdm import tqdm
 from .. import faults
 from ..batching import bucket_batches
 from ..devices import seed_everything
-from ..schedule import inverse_sqrt_warmup
+from ..schedule import learning_rate
 from .checkpointing import Checkpointing
 from .control import Clock, StopSignals
 from .state import TrainState, epoch_seed, position_seed
@@ -62,15 +63,18 @@ class Fit:
                                  seed=epoch_seed(self.seed, state.epoch))
         records = self.run_dir.records if parallel.is_chief else None
         with EpochLog(state, cfg, self.clock, records, len(batches), self.seed) as epoch_log:
+            epoch_log.budget_spent = self.budget_spent(len(batches))
             for batch in batches[state.batch_in_epoch:]:
                 state.step += 1
                 epoch_log.add(train_step(self.pieces, parallel, batch, state.step, cfg,
-                                         self.times_seen), batch.num_tgt_tokens)
+                                         self.times_seen, epoch_log.budget_spent),
+                              batch.num_tgt_tokens)
                 faults.point("step")
                 at_log_point = (state.batch_in_epoch % cfg.log_every == 0
                                 and state.batch_in_epoch < len(batches))
                 if at_log_point:
                     epoch_log.log_point()
+                    epoch_log.budget_spent = self.budget_spent(len(batches))
                 if self.stop_signals.requested(parallel, at_log_point):
                     epoch_log.record()
                     self.stop_here(saved=False)
@@ -87,6 +91,18 @@ class Fit:
             log.warning("epoch %d: %d steps had a non-finite loss; their updates were skipped",
                         state.epoch + 1, state.epoch_skipped)
         return finished
+
+    def budget_spent(self, num_batches):
+        """The fraction of the training budget spent (0 to 1, the same on every worker): of
+        `train.max_epochs` or of `train.max_minutes`, whichever is further on. Read where the
+        epoch starts and at log points, and only with a `train.cooldown` (the learning rate
+        then depends on the clock: a resumed run is exact up to it)."""
+        cfg, state = self.train_cfg, self.state
+        if not cfg.cooldown:
+            return 0.0
+        epochs = (state.epoch + state.batch_in_epoch / max(num_batches, 1)) / cfg.max_epochs
+        minutes = self.clock.minutes() / cfg.max_minutes if cfg.max_minutes else 0.0
+        return min(1.0, max(epochs, self.parallel.mean(minutes)))
 
     def evaluate(self, split):
         """(mean per-token nll on ``split``, its greedy sacreBLEU or None)."""
@@ -176,6 +192,7 @@ class EpochLog:
     def __init__(self, state, train_cfg, clock, records, num_batches, seed):
         self.state, self.train_cfg, self.clock, self.records = state, train_cfg, clock, records
         self.seed, self.meter = seed, LossMeter(state, train_cfg.max_nonfinite_steps)
+        self.budget_spent = 0.0  # what the steps' learning rate reads (`Fit.budget_spent`)
         self.bar = tqdm(total=num_batches, initial=state.batch_in_epoch, leave=False,
                         mininterval=2, desc=f"epoch {state.epoch + 1}", dynamic_ncols=True,
                         disable=records is None)
@@ -209,7 +226,7 @@ class EpochLog:
         self.meter.flush()
         state.epoch_seconds += time.time() - self.tic
         self.tic = time.time()
-        record = self.meter.record(inverse_sqrt_warmup(state.step, cfg.lr, cfg.warmup_steps),
+        record = self.meter.record(learning_rate(state.step, cfg, self.budget_spent),
                                    self.clock.minutes())
         if record and self.records is not None:
             self.records.append_step(record)

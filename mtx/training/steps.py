@@ -14,12 +14,13 @@ from ..errors import TrainingError
 from ..loss import mean_nll
 from ..optimizer import gradient_scale
 from ..parallel import split_rows
-from ..schedule import inverse_sqrt_warmup
+from ..schedule import learning_rate
 from ..search import Translator
 
 
-def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None):
-    """Update ``step`` (counted from 1) on the job's ``batch``; this process computes its rows
+def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None, budget_spent=0.0):
+    """Update ``step`` (counted from 1) on the job's ``batch`` at the `learning_rate` of
+    ``budget_spent`` (the fraction of the training budget spent); this process computes its rows
     on its devices. Returns (this process's nll sum (device scalar), finite flag (device
     scalar), its target tokens)."""
     parts = parallel.local_parts(batch)
@@ -38,8 +39,7 @@ def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None):
             if weight and times_seen is not None:
                 onp.add.at(times_seen, part.ids, 1)
     autograd.backward(losses)
-    pieces.trainer.set_learning_rate(inverse_sqrt_warmup(step, train_cfg.lr,
-                                                         train_cfg.warmup_steps))
+    pieces.trainer.set_learning_rate(learning_rate(step, train_cfg, budget_spent))
     finite = guarded_update([(pieces.trainer, pieces.params, train_cfg.clip_norm)], pieces.ctxs,
                             batch.num_tgt_tokens, pieces.loss_scales)
     if pieces.ema is not None:
