@@ -2,6 +2,7 @@
 precision and a resumed run are not probed; the choice reaches the log, Pieces and report.json."""
 import dataclasses
 import logging
+import types
 
 import mxnet as mx
 import pytest
@@ -63,6 +64,25 @@ def test_auto_takes_bfloat16_only_when_its_products_are_clearly_faster(monkeypat
     line = caplog.records[-1].getMessage()
     assert line.startswith(f"matrix products in {used}: ")
     assert f"{round(bfloat16_gflop_s, 1)} GFLOP/s" in line and f"float32 {FLOAT32_GFLOP_S}" in line
+
+
+def test_the_probe_counts_each_dtypes_fastest_round(monkeypatch):
+    """A job beside the probe slows bfloat16 in 9 of 15 rounds to half float32's speed (as when a
+    training's probe ran beside a download and chose float32 on a CPU where bfloat16 is 1.5x):
+    the probe still reports what the CPU does undisturbed. Timed on a fake clock, no products."""
+    clock = {"now": 0.0, "round": {"float32": -1, "bfloat16": -1}}  # -1: the warm-up
+
+    def fake_product(F, x, weight, bias, num_hidden, dtype):
+        clock["round"][dtype] += 1
+        disturbed = dtype == "bfloat16" and 0 <= clock["round"][dtype] < 9
+        clock["now"] += {"float32": 1.0, "bfloat16": 2.0 if disturbed else 2 / 3}[dtype]
+        return x
+    monkeypatch.setattr(precision, "fully_connected", fake_product)
+    monkeypatch.setattr(precision, "time", types.SimpleNamespace(perf_counter=lambda: clock["now"]))
+    speed = precision.probe_matmul_speed(mx.cpu(), [(4, 8, 16)], rounds=15, max_seconds=1e9)
+    assert clock["round"] == {"float32": 15, "bfloat16": 15}
+    assert speed["bfloat16"] / speed["float32"] == pytest.approx(1.5)
+    assert speed["float32"] == pytest.approx(2 * 4 * 8 * 16 / 1.0 / 1e9)
 
 
 def test_bfloat16_that_fails_is_float32_with_the_reason(monkeypatch):
