@@ -90,7 +90,8 @@ def test_unknown_kvstore_is_a_config_error():
 
 CLUSTER_TRAINING = ["experiment=smoke", "train.kvstore=dist_sync", "data.sizes=[1000,50,50]",
                     "train.log_every=5", "train.save_every_minutes=0",
-                    "train.cooldown=0.5"]  # the budget spent: agreed over the KVStore
+                    "train.cooldown=0.5",  # the budget spent: agreed over the KVStore
+                    "train.precision=float32"]  # runs compared across jobs: none chooses alone
 WORKER_DIGESTS = (r"worker (\d) of 2: trained on (\d+) sentences \(ids digest (\w+)\) in (\d+) "
                   r"steps; parameter digest (\w+)")
 
@@ -141,7 +142,7 @@ def test_local_cluster_trains_the_same_parameters_on_different_shards(cluster_ru
     run_dir, workers, log = cluster_run
     assert sorted(w[0] for w in workers) == ["0", "1"], log[-3000:]
     (_, seen0, ids0, steps0, params0), (_, seen1, ids1, steps1, params1) = workers
-    assert params0 == params1                      # identical parameters on both workers
+    assert params0 == params1, log[-3000:]         # identical parameters on both workers
     assert ids0 != ids1 and steps0 == steps1       # different shards, the same updates
     assert int(seen0) + int(seen1) == 3 * 1000     # together: every pair of 3 epochs once
     assert len(re.findall(r"epoch 1 step \d+ train loss", log)) == 1  # rank 0 alone evaluates
