@@ -7,3 +7,6 @@ import os as _os
 # may run on. An OMP_NUM_THREADS given by the user wins. (Effective only if mtx is imported
 # before mxnet, as every mtx command and script does.)
 _os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))))
+
+# Before anything imports mxnet: what MXNet 1.9.1 needs from newer numpy and Python (mtx.compat).
+from . import compat as _compat  # noqa: E402,F401

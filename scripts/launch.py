@@ -21,6 +21,8 @@ import subprocess
 import sys
 import threading
 
+import mtx  # noqa: F401  (prepares numpy for MXNet before mxnet.tools.launch imports it)
+
 if not hasattr(threading.Thread, "isAlive"):
     threading.Thread.isAlive = threading.Thread.is_alive
 

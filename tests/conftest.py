@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as onp
 import pytest
-import mxnet as mx
-from mxnet import npx
 
-from mtx.config import ModelConfig
+from mtx.config import ModelConfig  # mtx first: it prepares numpy for MXNet (mtx.compat)
+import mxnet as mx  # noqa: E402
+from mxnet import npx  # noqa: E402
 
 npx.set_np()
 

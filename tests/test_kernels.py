@@ -124,10 +124,10 @@ def test_without_native_kernels_mtx_runs_mxnets_layer_norm():
 # logits are finite.
 MODEL_RUNS = """
 import json
-from mxnet import np, npx
-npx.set_np()
 from mtx import kernels
 from mtx.config import ModelConfig
+from mxnet import np, npx
+npx.set_np()
 from mtx.model import Transformer
 cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
                   num_decoder_layers=1, dropout=0.0, attention_dropout=0.0, max_len=32,
