@@ -11,7 +11,7 @@ PYTHON_HELP := mtx needs Python 3.9-3.13 (MXNet 1.9.1); install one (e.g. apt-ge
 STAMP := $(VENV)/.installed
 export MTX_MULTI30K_DIR ?= $(if $(wildcard ../shared/data/multi30k/SHA256SUMS),$(abspath ../shared/data/multi30k),)
 
-.PHONY: help install data test test-quick train ablate bench browser clean
+.PHONY: help install data test test-quick lint train ablate bench browser clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -38,6 +38,9 @@ test: install  ## the whole test suite except GPU tests (.ci/run runs it, browse
 
 test-quick: install  ## the fast tests only (no training, no script run end to end)
 	$(PY) -m pytest -m "not slow and not gpu"
+
+lint: install  ## ruff (pinned in pyproject.toml) over mtx/, scripts/ and tests/
+	$(PY) -m ruff check mtx scripts tests
 
 train: install  ## train the default model on Multi30k en->de and print sacreBLEU
 	$(PY) scripts/train.py $(ARGS)

@@ -10,8 +10,7 @@ from typing import List, Optional
 from .errors import ConfigError
 from .topology import attention_layers
 
-# The Hydra configs: the repository's conf/, which travels with the package as mtx/conf (a
-# symbolic link, copied into wheels), so every command finds it from any working directory.
+# The Hydra configs: conf/, in the package as mtx/conf (a link, copied into wheels).
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
@@ -28,8 +27,7 @@ class ModelConfig:
     pre_norm: bool = False          # LayerNorm before each sublayer instead of after
     max_len: int = 1024             # longest sequence the positional table covers
     vocab_size: int = 0             # taken from the data; 0 until it is known
-    # heads of each attention layer after pruning (`attention_layers` order); None: num_heads
-    heads_per_layer: Optional[List[int]] = None
+    heads_per_layer: Optional[List[int]] = None  # after pruning (`attention_layers`); None: H
 
     def __post_init__(self):
         if self.num_heads < 1 or self.num_hiddens % self.num_heads:
@@ -51,8 +49,7 @@ class ModelConfig:
 
     @property
     def max_src_len(self):
-        """The longest source in subwords: the positions less the source's EOS (and the most
-        output subwords, less the target's BOS)."""
+        """The longest source (and output) in subwords: the positions less its EOS (or BOS)."""
         return self.max_len - 1
 
     @property
@@ -99,8 +96,7 @@ class DataConfig:
     vocab_size: int = 8000          # joint SentencePiece vocabulary
     # training pairs longer than this (in subwords) are skipped; its key is data.max_len
     max_pair_len: int = field(default=128, metadata={"key": "max_len"})
-    # toy task
-    task: str = "reverse"           # one of TOY_TASKS
+    task: str = "reverse"           # the toy task's: one of TOY_TASKS
     num_symbols: int = 20
     min_len: int = 3
     max_toy_len: int = 12
@@ -128,7 +124,7 @@ class DataConfig:
 
 KVSTORES = ("device", "local", "dist_sync", "dist_device_sync")
 PRECISIONS = ("float32", "bfloat16", "float16")  # what matrix products run in
-TRAIN_PRECISIONS = PRECISIONS + ("auto",)        # auto: measured at start (`mtx.precision`)
+TRAIN_PRECISIONS = PRECISIONS + ("auto",)        # auto: measured at start (`mtx.training.precision`)
 LOSS_SCALES = ("auto", "dynamic", "off")
 
 
@@ -163,7 +159,7 @@ class TrainConfig:
     kvstore: str = "device"
     # Matrix products in float32, bfloat16 or float16 (GPUs only); the rest stays float32. auto
     # (conf/train/default.yaml) times bfloat16 against float32 at start and keeps the faster
-    # (`mtx.precision.choose_precision`). float32 here: runs built in code measure nothing.
+    # (`mtx.training.precision.choose_precision`). float32 here: runs built in code measure nothing.
     precision: str = "float32"
     # Dynamic loss scaling (on the device): auto = on for float16 only | dynamic | off.
     loss_scale: str = "auto"
@@ -174,10 +170,10 @@ class TrainConfig:
                                                 and self.precision == "float16")
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):  # nan passes every comparison below
-            value = getattr(self, field.name)
+        for setting in dataclasses.fields(self):  # nan passes every comparison below
+            value = getattr(self, setting.name)
             if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"train.{field.name}={value}: give a finite number")
+                raise ConfigError(f"train.{setting.name}={value}: give a finite number")
         if self.precision not in TRAIN_PRECISIONS:
             raise ConfigError(f"train.precision={self.precision}: choose one of "
                               f"{', '.join(TRAIN_PRECISIONS)}")
@@ -228,8 +224,7 @@ class DecodeConfig:
     batch_tokens: int = 4096
 
     def greedy(self):
-        """This config searching greedily (beam 1, no length penalty, one output): what
-        validation BLEU and the head study's BLEU use, with the same output limits and batches."""
+        """Greedy (beam 1, no length penalty, one output): validation's and the head study's."""
         return dataclasses.replace(self, beam_size=1, length_penalty=0.0, nbest=1)
 
     def __post_init__(self):
@@ -251,6 +246,5 @@ class DecodeConfig:
                               f"a, b >= 0 and one of them > 0")
 
 
-# Above it, ((5 + length) / 6) ** alpha soon leaves float32's range and every hypothesis of a
-# long sentence scores the same.
+# Above it ((5 + length) / 6) ** alpha leaves float32's range: long hypotheses all score alike.
 MAX_LENGTH_PENALTY = 10

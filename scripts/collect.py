@@ -14,7 +14,6 @@ the runs. Runs that differ only in their seed (e.g. `make ablate`: seed=1,2) als
 table, one row per setting: the mean over the seeds and each seed's value.
 """
 import argparse
-import json
 import re
 import statistics
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 from mtx.commands.exits import OneLineParser, one_line_errors
 from mtx.errors import DataError
 from mtx.files import atomic_write_json, read_json, read_json_lines
-from mtx.multi30k import TEST_SPLIT
+from mtx.data.multi30k import TEST_SPLIT
 
 
 def read_metrics(run_dir):
@@ -159,7 +158,7 @@ def main(argv=None):
             row[f"val_loss_at_{args.at_minutes:g}_min"] = value_at(
                 val_curve(m, y="valid/loss"), args.at_minutes, origin=None, digits=3)
     if args.curves:
-        from mtx.pictures import learning_curves
+        from mtx.runs.pictures import learning_curves
         learning_curves({row["run"]: val_curve(m) for row, m in zip(rows, metrics)},
                         args.curves)
     print(markdown(rows))

@@ -1,10 +1,10 @@
-"""mtx.attention: the book's example, parity with d2l 1.0.3, masking, head gates, hybridization."""
+"""mtx.model.attention: the book's example, parity with d2l 1.0.3, masking, head gates, hybridization."""
 import numpy as onp
 import pytest
 from mxnet import autograd, nd, np
 from d2l import mxnet as d2l  # npx.set_np() ran in conftest
 
-from mtx.attention import MultiHeadAttention, masked_softmax
+from mtx.model.attention import MultiHeadAttention, masked_softmax
 
 WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
 B, TQ, TK, D = 2, 3, 5, 16

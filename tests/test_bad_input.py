@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from mtx.config import DecodeConfig, ModelConfig
 from mtx.errors import DataError
-from mtx.lines import GZIP_MAGIC, UTF16_BOMS, file_chunks, read_lines, stream_chunks
-from mtx.model import Transformer
-from mtx.search import Translator
-from mtx.vocab import SentencePieceTokenizer, train_sentencepiece
+from mtx.data.lines import GZIP_MAGIC, UTF16_BOMS, file_chunks, read_lines, stream_chunks
+from mtx.model.transformer import Transformer
+from mtx.decoding.search import Translator
+from mtx.data.vocab import SentencePieceTokenizer, train_sentencepiece
 
 
 @pytest.fixture(scope="module")

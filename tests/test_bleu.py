@@ -1,11 +1,11 @@
-"""BLEU (`mtx.bleu`) against known values: sacreBLEU's defaults for `sacre_bleu`, and BLEU of
+"""BLEU (`mtx.decoding.bleu`) against known values: sacreBLEU's defaults for `sacre_bleu`, and BLEU of
 Moses-tokenized lowercased text for `tokenized_lowercased_bleu` (the Multi30k papers' number)."""
 import math
 
 import pytest
 import sacrebleu
 
-from mtx.bleu import chrf, sacre_bleu, tokenized_lowercased_bleu
+from mtx.decoding.bleu import chrf, sacre_bleu, tokenized_lowercased_bleu
 
 # sacrebleu's README example (its test/test_bleu.py), with the first of its reference streams
 HYPOTHESES = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from mtx.commands.entry import typed
 from mtx.config import ConfigError, DecodeConfig, ModelConfig
-from mtx.devices import parse_device
+from mtx.hardware.devices import parse_device
 from tests.conftest import ROOT, run_script
 
 CONF = ROOT / "conf"

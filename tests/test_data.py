@@ -6,12 +6,12 @@ from collections import Counter
 import numpy as onp
 import pytest
 
-from mtx import multi30k, toy
-from mtx.batching import bucket_batches, length_groups
+from mtx.data import multi30k, toy
+from mtx.data.batching import bucket_batches, length_groups
 from mtx.errors import ConfigError, DataError
-from mtx.lines import read_parallel
-from mtx.multi30k import load_multi30k
-from mtx.vocab import BOS, EOS, PAD, SentencePieceTokenizer, TokenizerError, train_sentencepiece
+from mtx.data.lines import read_parallel
+from mtx.data.multi30k import load_multi30k
+from mtx.data.vocab import BOS, EOS, PAD, SentencePieceTokenizer, TokenizerError, train_sentencepiece
 
 
 def test_real_multi30k_counts(multi30k_dir, tmp_path):

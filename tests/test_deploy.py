@@ -18,11 +18,11 @@ from mtx.deploy import EXPORT_INFO, require
 from mtx.deploy.backend import CTranslate2Translator
 from mtx.deploy.export import export, export_run
 from mtx.errors import ConfigError, FileWriteError
-from mtx.model import Transformer
-from mtx.rundir import RunDir, load_run, run_identity
-from mtx.search import Translator
-from mtx.toy import make_toy, toy_symbols
-from mtx.vocab import BOS, EOS, PAD, WordTokenizer
+from mtx.model.transformer import Transformer
+from mtx.runs.rundir import RunDir, load_run, run_identity
+from mtx.decoding.search import Translator
+from mtx.data.toy import make_toy, toy_symbols
+from mtx.data.vocab import BOS, EOS, PAD, WordTokenizer
 
 SYMBOLS = toy_symbols(20)  # the toy task's words: vocabulary 24 with the 4 specials
 GREEDY = DecodeConfig(beam_size=1, length_penalty=0.0)
@@ -99,7 +99,7 @@ def test_export_gives_mtx_log_probabilities(changes, tmp_path):
 
 
 def test_sentencepiece_vocabulary_maps_by_piece(tmp_path):
-    from mtx.vocab import SentencePieceTokenizer, train_sentencepiece
+    from mtx.data.vocab import SentencePieceTokenizer, train_sentencepiece
     rng = onp.random.RandomState(0)
     words = ["a", "man", "rides", "bike", "down", "the", "street", "dog", "runs", "green"]
     texts = [" ".join(rng.choice(words, rng.randint(3, 9))) for _ in range(300)]
@@ -300,7 +300,7 @@ def test_bad_export_outputs_and_backends_are_one_line(tmp_path, monkeypatch):
 ])
 def test_int8_computes_in_int8_only_where_the_cpu_has_dot_products(monkeypatch, flags, cap,
                                                                     quantization, device, expected):
-    from mtx import cpu
+    from mtx.hardware import cpu
     from mtx.deploy import backend
     monkeypatch.setattr(cpu, "cpu_flags", lambda: set(flags))
     if cap:

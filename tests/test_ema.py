@@ -7,7 +7,7 @@ from mxnet import gluon, np
 
 from mtx.config import TrainConfig
 from mtx.errors import ConfigError
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.training.ema import WeightAverage
 from test_rundir import _fit, _params, _stop_after
 

@@ -1,4 +1,4 @@
-"""Learned head gates (`mtx.gates`): the hard-concrete distribution, the exact final gates, and
+"""Learned head gates (`mtx.heads.gates`): the hard-concrete distribution, the exact final gates, and
 gate training on the toy run: it reaches exact zeros and the cut model equals the gated one."""
 import json
 
@@ -7,10 +7,11 @@ import numpy as onp
 import pytest
 from mxnet import np
 
-from mtx import gates, heads
-from mtx.corpus import load_corpus
+from mtx.heads import gates
+from mtx.heads import importance as heads
+from mtx.data.corpus import load_corpus
 from mtx.errors import TrainingError
-from mtx.rundir import load_run
+from mtx.runs.rundir import load_run
 from tests.conftest import run_script
 from tests.test_heads import _inputs
 

@@ -6,13 +6,13 @@ import numpy as onp
 import pytest
 from mxnet import np
 
-from mtx import heads
+from mtx.heads import importance as heads
 from mtx.config import ModelConfig
-from mtx.corpus import load_corpus
-from mtx.head_study import StudySettings, choose_pruning
-from mtx.pictures import attention_pictures
-from mtx.rundir import load_run
-from mtx.search import attention_of, greedy_search
+from mtx.data.corpus import load_corpus
+from mtx.heads.study import StudySettings, choose_pruning
+from mtx.runs.pictures import attention_pictures
+from mtx.runs.rundir import load_run
+from mtx.decoding.search import attention_of, greedy_search
 from tests.conftest import ROOT, run_script
 
 
@@ -232,9 +232,9 @@ def test_bad_prune_fraction_is_a_one_line_error(toy_run, overrides, message):
 
 def _plain_loss(model, corpus):
     """Teacher-forced mean nll per target token of the first 64 val pairs, no gates given."""
-    from mtx.batching import bucket_batches
-    from mtx.devices import to_device
-    from mtx.loss import LabelSmoothedCrossEntropy
+    from mtx.data.batching import bucket_batches
+    from mtx.hardware.devices import to_device
+    from mtx.training.loss import LabelSmoothedCrossEntropy
     loss_fn = LabelSmoothedCrossEntropy(model.cfg.vocab_size, 0.0)
     loss_fn.initialize(ctx=mx.cpu())
     total, tokens = 0.0, 0

@@ -1,4 +1,4 @@
-"""mtx's native kernels (mtx.kernels) and the legacy-operator paths (mtx.ops): same numbers as
+"""mtx's native kernels (mtx.kernels) and the legacy-operator paths (mtx.model.ops): same numbers as
 MXNet's own operators, forward and backward, imperative and hybridized; the kernels' private
 cache, its SHA-256 records and key, and the fallback to MXNet's LayerNorm with one warning.
 
@@ -18,10 +18,11 @@ import pytest
 from mxnet import autograd, np
 from mxnet.gluon import nn
 
-from mtx import kernels, ops
+from mtx import kernels
+from mtx.model import ops
 from mtx.files import sha256_of
-from mtx.layers import LayerNorm
-from mtx.loss import LabelSmoothedCrossEntropy
+from mtx.model.layers import LayerNorm
+from mtx.training.loss import LabelSmoothedCrossEntropy
 
 needs_compiler = pytest.mark.skipif(shutil.which("g++") is None,
                                     reason="the native kernels need a C++ compiler (g++)")
@@ -63,7 +64,7 @@ def test_native_layer_norm_matches_mxnet(hybridize):
 def _loss_and_grads(native, logits, labels, lengths, eps, hybridize, nll_weight):
     """(smoothed loss sum, nll sum, d logits) of LabelSmoothedCrossEntropy, fused or composed;
     backward from loss + nll_weight * nll (the trainer's backward is loss alone)."""
-    from mtx import loss as loss_module
+    from mtx.training import loss as loss_module
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loss_module.kernels, "load", lambda: native)
         loss_fn = LabelSmoothedCrossEntropy(logits.shape[-1], eps)
@@ -108,7 +109,7 @@ def test_layer_norm_keeps_the_parameter_names_of_nn_layer_norm():
 
 
 def test_without_native_kernels_mtx_runs_mxnets_layer_norm():
-    code = ("import mtx.kernels as k, mtx.layers as l, mxnet as mx; mx.npx.set_np(); "
+    code = ("import mtx.kernels as k, mtx.model.layers as l, mxnet as mx; mx.npx.set_np(); "
             "n = l.LayerNorm(in_channels=4); n.initialize(); l.LayerNorm(in_channels=4); "
             "print(k.load(), float(n(mx.np.arange(8.).reshape(2, 4)).sum()))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -128,7 +129,7 @@ from mtx import kernels
 from mtx.config import ModelConfig
 from mxnet import np, npx
 npx.set_np()
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
                   num_decoder_layers=1, dropout=0.0, attention_dropout=0.0, max_len=32,
                   vocab_size=30)

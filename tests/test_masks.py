@@ -1,9 +1,9 @@
-"""mtx.masks: causal lengths, and what they mean once they reach masked_softmax."""
+"""mtx.model.masks: causal lengths, and what they mean once they reach masked_softmax."""
 import numpy as onp
 from mxnet import nd, np
 
-from mtx.attention import masked_softmax
-from mtx.masks import causal_valid_len
+from mtx.model.attention import masked_softmax
+from mtx.model.masks import causal_valid_len
 
 
 def test_causal_valid_len_is_one_to_t_per_row():

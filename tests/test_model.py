@@ -1,4 +1,4 @@
-"""mtx.model.Transformer: causality, padding invariance, hybridization, parameter counts,
+"""mtx.model.transformer.Transformer: causality, padding invariance, hybridization, parameter counts,
 incremental decoding, tied embeddings, the order of attention layers and head gates."""
 import dataclasses
 
@@ -7,7 +7,7 @@ import pytest
 from mxnet import np, npx
 
 from mtx.config import ConfigError, ModelConfig
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 
 SRC_LENS, TGT_LENS = [5, 3], [4, 2]  # valid lengths of the two sentences of `_batch`
 S, T = max(SRC_LENS), max(TGT_LENS)
@@ -199,7 +199,8 @@ def test_incremental_decoding_equals_full_forward(tiny_cfg, num_heads, pre_norm,
 @pytest.mark.parametrize("hybridize", [False, True])
 def test_bfloat16_matmuls_stay_close_and_train_float32_weights(tiny_cfg, hybridize):
     from mxnet import autograd
-    from mtx.precision import bfloat16_unavailable, set_precision
+    from mtx.model.precision import set_precision
+    from mtx.training.precision import bfloat16_unavailable
     net = _model(tiny_cfg)
     src, src_len, tgt = _batch(tiny_cfg)
     reference = net(src, src_len, tgt).asnumpy()

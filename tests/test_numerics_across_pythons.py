@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as onp
 
 from mtx.config import ModelConfig
-from mtx.loss import label_smoothed_loss
-from mtx.model import Transformer
+from mtx.training.loss import label_smoothed_loss
+from mtx.model.transformer import Transformer
 import mxnet as mx  # noqa: E402  (after mtx: mtx.compat prepares numpy for it)
 from mxnet import autograd, gluon, np, npx  # noqa: E402
 

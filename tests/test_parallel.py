@@ -12,10 +12,10 @@ import numpy as onp
 import pytest
 
 from mtx.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig
-from mtx.corpus import load_corpus
-from mtx.batching import bucket_batches
-from mtx.parallel import DataParallel, split_rows
-from mtx.devices import seed_everything
+from mtx.data.corpus import load_corpus
+from mtx.data.batching import bucket_batches
+from mtx.training.parallel import DataParallel, split_rows
+from mtx.hardware.devices import seed_everything
 from mtx.training import new_fit
 from mtx.training.steps import train_step
 
@@ -217,7 +217,7 @@ def test_every_worker_restarts_its_save_clock_when_the_job_saves(tmp_path):
     `train.save_every_minutes` again from there (else it would ask for one at every log point)."""
     from types import SimpleNamespace
     from mtx.training.checkpointing import Checkpointing
-    from mtx.rundir import RunDir
+    from mtx.runs.rundir import RunDir
     worker = SimpleNamespace(distributed=True, is_chief=False, any=lambda flag: True)
     checkpointing = Checkpointing(RunDir(tmp_path), pieces=None,
                                   train_cfg=TrainConfig(save_every_minutes=5))

@@ -8,11 +8,11 @@ import mxnet as mx
 import pytest
 from omegaconf import OmegaConf
 
-from mtx import precision
+from mtx.training import precision
 from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from mtx.errors import CheckpointError, ConfigError
-from mtx.precision import BF16_MIN_SPEEDUP, choose_precision
-from mtx.rundir import RunDir
+from mtx.training.precision import BF16_MIN_SPEEDUP, choose_precision
+from mtx.runs.rundir import RunDir
 from mtx.training import new_fit, train
 from mtx.training.build import build_pieces
 from tests.conftest import ROOT
@@ -52,7 +52,7 @@ def _fake_probe(monkeypatch, bfloat16_gflop_s, flags=AVX512_BF16_FLAGS):
 def test_auto_takes_bfloat16_only_when_its_products_are_clearly_faster(monkeypatch, caplog,
                                                                        bfloat16_gflop_s, used):
     calls = _fake_probe(monkeypatch, bfloat16_gflop_s)
-    caplog.set_level(logging.INFO, logger="mtx.precision")
+    caplog.set_level(logging.INFO, logger="mtx.training.precision")
     choice = choose_precision("auto", [mx.cpu()])
     assert calls == [True]
     assert choice["used"] == used and choice["requested"] == "auto"
@@ -126,7 +126,7 @@ def test_a_bfloat16_run_resumed_where_bfloat16_cannot_run(monkeypatch, caplog):
                                               "this CPU .*: resume it with train.precision="
                                               "float32"):
             choose_precision(requested, [mx.cpu()], recorded)
-    caplog.set_level(logging.WARNING, logger="mtx.precision")
+    caplog.set_level(logging.WARNING, logger="mtx.training.precision")
     choice = choose_precision("float32", [mx.cpu()], recorded)
     assert choice["used"] == "float32" and choice["requested"] == "float32"
     assert "though this run started in bfloat16" in caplog.records[-1].getMessage()
@@ -194,7 +194,7 @@ def _toy():
 def test_fine_tuning_with_auto_chooses_too(monkeypatch, tmp_path):
     """`continue_training` (heads fine-tuning) builds its run with `new_fit` from the run's
     train config, where precision may be auto."""
-    from mtx.corpus import load_corpus
+    from mtx.data.corpus import load_corpus
     _fake_probe(monkeypatch, 2.0 * FLOAT32_GFLOP_S)
     model_cfg, data_cfg = _toy()
     corpus = load_corpus(data_cfg, tmp_path / "data", 3)
@@ -224,7 +224,7 @@ def test_a_resumed_run_keeps_the_precision_it_started_with(monkeypatch, caplog, 
     assert RunDir(tmp_path / "run").recorded_precision() == report["precision"]
 
     later = _fake_probe(monkeypatch, speed[later_used])
-    caplog.set_level(logging.INFO, logger="mtx.precision")
+    caplog.set_level(logging.INFO, logger="mtx.training.precision")
     resumed = dataclasses.replace(train_cfg, resume=True, max_epochs=2)
     report = train(model_cfg, data_cfg, resumed, decode_cfg, tmp_path / "run", tmp_path / "data")
     # bfloat16 kept: only whether it runs here is checked; float32 kept: nothing is
@@ -241,7 +241,7 @@ def test_a_run_without_precision_json_is_refused_in_one_line(tmp_path):
     assert run.recorded_precision() is None  # no checkpoint: nothing ran yet
     run.checkpoints.folder.mkdir()
     (run.checkpoints.folder / "epoch_001.json").write_text("{}")  # a manifest: the run ran
-    with pytest.raises(CheckpointError, match="no precision.json, written by an mtx from before"):
+    with pytest.raises(CheckpointError, match="no precision.json, written by an older mtx"):
         run.recorded_precision()
     run.record_precision({"used": "float32", "requested": "auto", "reason": "measured"})
     assert run.recorded_precision()["used"] == "float32"

@@ -222,8 +222,8 @@ def test_full_disk_keeps_the_previous_checkpoint(tiny_cfg, tmp_path, monkeypatch
     import errno
     import mxnet as mx
     from mtx.errors import FileWriteError
-    from mtx.model import Transformer
-    from mtx.rundir import RunDir
+    from mtx.model.transformer import Transformer
+    from mtx.runs.rundir import RunDir
     run = RunDir(tmp_path)
     model = Transformer(tiny_cfg)
     model.initialize()
@@ -248,9 +248,9 @@ def test_a_crash_between_files_and_manifest_keeps_the_old_unit(tiny_cfg, tmp_pat
     """The manifest is the commit point: new data files without their manifest leave the
     previous checkpoint whole (never a new .params paired with an old description)."""
     import dataclasses
-    from mtx import faults
-    from mtx.model import Transformer
-    from mtx.rundir import RunDir
+    from mtx.runs import faults
+    from mtx.model.transformer import Transformer
+    from mtx.runs.rundir import RunDir
     run = RunDir(tmp_path)
     model = Transformer(tiny_cfg)
     model.initialize()
@@ -277,7 +277,7 @@ def test_non_finite_steps_are_skipped_whole_and_counted():
     import numpy as onp
     from mxnet import gluon, np
     from mtx.errors import TrainingError
-    from mtx.optimizer import gradient_scale
+    from mtx.training.optimizer import gradient_scale
     from mtx.training.state import TrainState
     from mtx.training.steps import LossMeter
     param = mx.gluon.Parameter("w", shape=(3,))

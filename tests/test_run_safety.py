@@ -14,13 +14,13 @@ import sys
 import mxnet as mx
 import pytest
 
-from mtx.checkpoints import CheckpointStore
+from mtx.runs.checkpoints import CheckpointStore
 from mtx.config import DataConfig, ModelConfig, TrainConfig
 from mtx.deploy import EXPORT_INFO
 from mtx.errors import USER_ERROR, CheckpointError, ConfigError
 from mtx.files import atomic_write_json, temp_owner, temp_path
-from mtx.model import Transformer
-from mtx.rundir import RunDir, run_identity
+from mtx.model.transformer import Transformer
+from mtx.runs.rundir import RunDir, run_identity
 from mtx.training.run import prepare
 from tests.conftest import ROOT, run_command, run_script
 from tests.test_cli import assert_one_line

@@ -10,12 +10,12 @@ import numpy as onp
 import pytest
 
 from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
-from mtx.corpus import load_corpus, save_tokenizer
+from mtx.data.corpus import load_corpus, save_tokenizer
 from mtx.errors import CheckpointError
-from mtx.model import Transformer
-from mtx.checkpoints import save_average
-from mtx.resume import check_settings
-from mtx.rundir import RunDir, load_run, require_run
+from mtx.model.transformer import Transformer
+from mtx.runs.checkpoints import save_average
+from mtx.runs.resume import check_settings
+from mtx.runs.rundir import RunDir, load_run, require_run
 from mtx.typecheck import to_keys
 from mtx.training import choose_final, new_fit
 
@@ -257,14 +257,13 @@ def test_epoch_checkpoints_sort_by_number(tmp_path):
 
 def test_a_checkpoint_in_the_first_manifest_format_is_refused_in_one_line(toy_run, tmp_path):
     """Manifests of format 1 (a .json beside each .params, no "files") are not read: the error
-    says which mtx wrote them."""
+    says an older mtx wrote them."""
     old = tmp_path / "old"
     (old / "checkpoints").mkdir(parents=True)
     (old / "model.json").write_text((Path(toy_run) / "model.json").read_text())
     (old / "checkpoints" / "best.params").write_bytes(b"weights")
     (old / "checkpoints" / "best.json").write_text(json.dumps(
         {"step": 1, "sha256": "0" * 64, "config_digest": "0" * 16}))
-    with pytest.raises(CheckpointError, match="format 1 .*written by an mtx from before "
-                                              "2026-11-30") as err:
+    with pytest.raises(CheckpointError, match="format 1 .*written by an older mtx") as err:
         load_run(old, mx.cpu(), "best")
     assert "\n" not in str(err.value)

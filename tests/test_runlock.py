@@ -1,4 +1,4 @@
-"""One writer per run directory (mtx.runlock): a second holder is refused with the first's name;
+"""One writer per run directory (mtx.runs.runlock): a second holder is refused with the first's name;
 a lock whose process died never blocks."""
 import signal
 import subprocess
@@ -9,13 +9,13 @@ import time
 import pytest
 
 from mtx.errors import PREEMPTED, USER_ERROR
-from mtx.rundir import RunDir
-from mtx.runlock import RunInUse, RunLock
+from mtx.runs.rundir import RunDir
+from mtx.runs.runlock import RunInUse, RunLock
 from tests.conftest import ROOT, run_script
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from mtx.runlock import RunLock
+    from mtx.runs.runlock import RunLock
     with RunLock(sys.argv[1], *sys.argv[2:]):
         print("held", flush=True)
         time.sleep(60)

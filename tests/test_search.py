@@ -14,11 +14,11 @@ import pytest
 from mxnet import np, npx
 
 from mtx.config import DecodeConfig
-from mtx.model import Transformer
-from mtx.rundir import load_run
-from mtx.search import Translator, beam_search, greedy_search
-from mtx.search_rules import output_limits
-from mtx.vocab import BOS, EOS, PAD, SPECIALS
+from mtx.model.transformer import Transformer
+from mtx.runs.rundir import load_run
+from mtx.decoding.search import Translator, beam_search, greedy_search
+from mtx.decoding.search_rules import output_limits
+from mtx.data.vocab import BOS, EOS, PAD, SPECIALS
 from tests.conftest import ROOT, run_script
 
 

@@ -21,7 +21,7 @@ from mtx.serving.bodies import (AttentionBody, Limits, RequestError, TranslateBo
 from mtx.serving.server import bind  # noqa: E402
 from mtx.serving.service import Batching  # noqa: E402
 from mtx.serving.study import head_study  # noqa: E402
-from mtx.vocab import WordTokenizer  # noqa: E402
+from mtx.data.vocab import WordTokenizer  # noqa: E402
 
 # 1 encoder and 1 decoder layer: rows enc0 self, dec0 self, dec0 cross; 2 heads each
 CFG = ModelConfig(num_hiddens=8, num_heads=2, ffn_num_hiddens=8, num_encoder_layers=1,

@@ -16,7 +16,7 @@ import pytest
 import fastapi  # noqa: E402,F401  the serve extra, which make install installs: missing, these fail
 from servers import post, start_server  # noqa: E402
 
-from mtx import heads  # noqa: E402
+from mtx.heads import importance as heads  # noqa: E402
 
 ROWS, HEADS, SENTENCE = 6, 4, "w1 w2 w3 w4"  # the toy run: 6 attention layers of 4 heads
 INSTALL = "apt-get install chromium chromium-driver (bash .ci/run does)"
@@ -61,7 +61,7 @@ def browser():
 @pytest.fixture(scope="module")
 def study_run(toy_run, tmp_path_factory):
     """A copy of the toy run with a made-up head study in heads/ (importance and a pruning
-    curve in the files' real format; the order is `mtx.heads.removal_order` of the scores)."""
+    curve in the files' real format; the order is `mtx.heads.importance.removal_order` of the scores)."""
     run = tmp_path_factory.mktemp("served") / "run"
     shutil.copytree(toy_run, run, ignore=shutil.ignore_patterns("heads", "eval"))
     (run / "heads").mkdir()

@@ -10,12 +10,12 @@ import pytest
 import tensorboardX  # a dependency of mtx (pyproject.toml): missing, the suite fails
 from mxnet import np
 
-import mtx.tensorboard
-from mtx import faults
+import mtx.runs.tensorboard
+from mtx.runs import faults
 from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
-from mtx.corpus import load_corpus
-from mtx.rundir import RunDir
-from mtx.schedule import inverse_sqrt_warmup
+from mtx.data.corpus import load_corpus
+from mtx.runs.rundir import RunDir
+from mtx.training.schedule import inverse_sqrt_warmup
 from mtx.training import new_fit
 from mtx.training.state import TrainState
 from mtx.training.steps import LossMeter
@@ -72,11 +72,11 @@ def test_a_step_record_is_the_token_weighted_loss_of_its_window():
 
 
 def test_metric_keys_become_tags_and_epoch_records_keep_theirs_apart():
-    step = dict(mtx.tensorboard.scalars(_record(6, 2.5)))
+    step = dict(mtx.runs.tensorboard.scalars(_record(6, 2.5)))
     assert step == {"train/loss": 2.5, "train/lr": 0.006, "train/tok_s": 100.0}
     epoch = {"step": 6, "epoch": 1, "train/loss": 2.4, "valid/loss": 2.0, "valid/bleu": None,
              "train/tok_s": 90.0, "wall_minutes": 0.2}
-    assert dict(mtx.tensorboard.scalars(epoch, epoch=True)) == {
+    assert dict(mtx.runs.tensorboard.scalars(epoch, epoch=True)) == {
         "train/epoch_loss": 2.4, "valid/loss": 2.0, "train/epoch_tok_s": 90.0}
 
 
@@ -107,7 +107,7 @@ def test_events_mirror_the_records_and_a_resume_starts_them_anew(tmp_path):
 
 def test_without_tensorboardX_the_records_go_on_after_one_warning(tmp_path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import tensorboardX fails
-    monkeypatch.setattr(mtx.tensorboard, "_missing_reported", [])
+    monkeypatch.setattr(mtx.runs.tensorboard, "_missing_reported", [])
     run = RunDir(tmp_path)
     with caplog.at_level(logging.WARNING):
         run.records.append_step(_record(3, 4.0))
@@ -120,7 +120,7 @@ def test_without_tensorboardX_the_records_go_on_after_one_warning(tmp_path, monk
     assert not list(tmp_path.glob("events.out.tfevents.*"))
 
 
-@pytest.mark.parametrize("flush_seconds", [0, mtx.tensorboard.FLUSH_SECONDS])
+@pytest.mark.parametrize("flush_seconds", [0, mtx.runs.tensorboard.FLUSH_SECONDS])
 def test_an_event_file_on_a_full_disk_costs_one_warning_and_no_record(flush_seconds, tmp_path,
                                                                       monkeypatch, caplog, capfd):
     """The event file on a full disk (/dev/full), found at a flush after a record (0 s) or when
@@ -128,7 +128,7 @@ def test_an_event_file_on_a_full_disk_costs_one_warning_and_no_record(flush_seco
     records than tensorboardX's queue holds (10) do not block."""
     monkeypatch.setattr(tensorboardX.record_writer, "open_file",
                         lambda path: open("/dev/full", "wb"))
-    monkeypatch.setattr(mtx.tensorboard, "FLUSH_SECONDS", flush_seconds)
+    monkeypatch.setattr(mtx.runs.tensorboard, "FLUSH_SECONDS", flush_seconds)
     run = RunDir(tmp_path)
     steps = list(range(3, 3 * 30, 3))
     with caplog.at_level(logging.WARNING):

@@ -10,11 +10,11 @@ from mxnet import np
 
 from mtx.config import DataConfig, DecodeConfig, TrainConfig
 from mtx.errors import CheckpointError, ConfigError
-from mtx.rundir import RunDir, load_run
-from mtx.corpus import load_corpus
-from mtx.loss import label_smoothed_loss
-from mtx.model import Transformer
-from mtx.schedule import inverse_sqrt_warmup, learning_rate
+from mtx.runs.rundir import RunDir, load_run
+from mtx.data.corpus import load_corpus
+from mtx.training.loss import label_smoothed_loss
+from mtx.model.transformer import Transformer
+from mtx.training.schedule import inverse_sqrt_warmup, learning_rate
 from mtx.training import new_fit
 from mtx.training.steps import train_step
 
@@ -107,7 +107,7 @@ def _short_fit(tmp_path, seed, **train_overrides):
                             num_decoder_layers=1, dropout=0.1, vocab_size=len(corpus.tokenizer))
     train_cfg = TrainConfig(batch_tokens=256, max_epochs=1, eval_bleu=False, warmup_steps=5,
                             **train_overrides)
-    from mtx.devices import seed_everything
+    from mtx.hardware.devices import seed_everything
     seed_everything(seed)
     fit = new_fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(), tmp_path / f"run{seed}",
                   [mx.cpu()], seed)
@@ -139,7 +139,7 @@ def test_dynamic_loss_scaling_gives_the_unscaled_run(tmp_path):
 
 
 def test_an_overflowing_loss_scale_skips_the_step_and_halves(tmp_path):
-    from mtx.batching import bucket_batches
+    from mtx.data.batching import bucket_batches
     _, fit = _short_fit(tmp_path, seed=5, loss_scale="dynamic")
     before = {k: p.data().asnumpy() for k, p in fit.model.collect_params().items()}
     fit.pieces.loss_scales[mx.cpu()].value[:] = 3e38  # loss x scale overflows float32
@@ -152,7 +152,7 @@ def test_an_overflowing_loss_scale_skips_the_step_and_halves(tmp_path):
 
 
 def test_dynamic_loss_scale_halves_on_overflow_and_grows_after_a_window():
-    from mtx.optimizer import DynamicLossScale
+    from mtx.training.optimizer import DynamicLossScale
     scale = DynamicLossScale(mx.cpu(), init=8.0, window=3)
     seen = []
     for finite in [0, 1, 1, 1, 1, 0, 1]:
@@ -191,7 +191,7 @@ def test_toy_task_is_learned_through_the_script(toy_run):
 def test_guarded_adam_matches_mxnet_adam():
     """The fused optimizer is MXNet's Adam when the scale is 1 / tokens (no clipping)."""
     from mxnet import autograd, gluon
-    from mtx.optimizer import gradient_scale
+    from mtx.training.optimizer import gradient_scale
     x = np.array(onp.random.RandomState(0).normal(size=(4, 8)).astype("float32"))
     weights = []
     for kind in ("adam", "guardedadam"):
@@ -217,3 +217,30 @@ def test_guarded_adam_matches_mxnet_adam():
         weights.append([p.data().asnumpy() for p in params])
     for adam, guarded in zip(*weights):
         assert onp.allclose(adam, guarded, atol=1e-5, rtol=0)
+
+
+def test_an_optimizer_state_saved_under_the_old_module_path_resumes(tiny_cfg, tmp_path,
+                                                                     monkeypatch):
+    """Runs saved before the optimizer moved to `mtx.training.optimizer` pickled it as
+    `mtx.optimizer.GuardedAdam`: their resume point still loads, into the same optimizer."""
+    import sys
+    from mxnet import gluon
+    from mtx.training import optimizer
+    run = RunDir(tmp_path)
+    model = Transformer(tiny_cfg)
+    model.initialize(mx.init.Xavier())
+    trainer = gluon.Trainer(model.collect_params(), "guardedadam", {"learning_rate": 1e-3},
+                            update_on_kvstore=False)
+    run.write_json("model.json", dataclasses.asdict(tiny_cfg))
+    with monkeypatch.context() as old:  # the state as the old layout pickled it
+        old.setitem(sys.modules, "mtx.optimizer", optimizer)
+        old.setattr(optimizer.GuardedAdam, "__module__", "mtx.optimizer")
+        run.checkpoints.save("latest", model, trainer, step=1)
+    assert "mtx.optimizer" not in sys.modules
+    states = next(run.checkpoints.folder.glob("states-*.states")).read_bytes()
+    assert b"mtx.optimizer" in states and b"mtx.training.optimizer" not in states
+
+    fresh = gluon.Trainer(model.collect_params(), "adam", update_on_kvstore=False)
+    run.checkpoints.load(run.checkpoints.verify("latest"), model, mx.cpu(), trainer=fresh)
+    assert type(fresh._updaters[0].optimizer) is optimizer.GuardedAdam
+    assert "mtx.optimizer" not in sys.modules

@@ -7,7 +7,6 @@ Each failure is the real one: the command line that causes it, or, where a machi
 made to fail that way on demand, the real failing call inside the commands' guard (in a child
 process when it needs a limit on the process, or runs an MXNet operator that fails)."""
 import gzip
-import json
 import os
 import shutil
 import subprocess
@@ -18,8 +17,8 @@ import pytest
 
 from mtx.commands.entry import run
 from mtx.errors import BUG, USER_ERROR, CheckpointError
-from mtx.resume import check_identity
-from mtx.rundir import RunDir
+from mtx.runs.resume import check_identity
+from mtx.runs.rundir import RunDir
 from tests.conftest import ROOT, run_script
 from tests.test_cli import assert_one_line
 

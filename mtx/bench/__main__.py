@@ -34,7 +34,7 @@ log = logging.getLogger("mtx.bench")
 def impl_names(args, known, default=None):
     """--impl (else ``default``) as a list; ConfigError for an unknown implementation or git
     revision, and for mtx-bf16 asked for where bfloat16 cannot run (left out of a default)."""
-    from ..precision import bfloat16_unavailable
+    from ..training.precision import bfloat16_unavailable
     if not (args.impl or default):
         raise ConfigError(f"{args.command}: give --impl IMPL[,IMPL...] ({', '.join(known)})")
     names = [n for n in (args.impl or default).split(",") if n]

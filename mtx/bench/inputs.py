@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from ..config import CONF_DIR
 from ..errors import ConfigError
-from ..multi30k import TEST_SPLIT  # what is decoded (the toy task uses the same split name)
+from ..data.multi30k import TEST_SPLIT  # what is decoded (the toy task uses the same split name)
 
 DEFAULT_MODEL, DEFAULT_DATA = "small", "multi30k_en_de"  # conf/model/, conf/data/
 CORPUS_SEED = 1                    # toy data and the training batches' shuffle
@@ -35,7 +35,7 @@ def decode_config(beam):
 def load(model_name, data_name):
     """(corpus, ModelConfig, DataConfig) of a measurement: conf/model/<model_name>.yaml with the
     corpus's vocabulary, untied embeddings and post-norm layers, as the peers build it."""
-    from ..corpus import load_corpus
+    from ..data.corpus import load_corpus
     from ..datadir import data_dir
     data_cfg = group_config("data", data_name)
     corpus = load_corpus(data_cfg, data_dir(), seed=CORPUS_SEED)
@@ -47,7 +47,7 @@ def load(model_name, data_name):
 def train_batches(corpus, data_cfg):
     """The training pairs no longer than data.max_len in shuffled ~4096-token batches of
     gluonnlp's bucket sampler, as mtx trains."""
-    from ..batching import bucket_batches
+    from ..data.batching import bucket_batches
     pairs = corpus.train_pairs(data_cfg.max_pair_len)
     return bucket_batches(*pairs, TRAIN_BATCH_TOKENS, shuffle=True, seed=CORPUS_SEED)
 
@@ -57,10 +57,10 @@ def run_test_split(run_dir, max_sentences=None):
     run's drawn with the run's seed, Multi30k from MTX_MULTI30K_DIR when set (else the run's
     raw_dir, else downloaded). Reads no checkpoint and imports no MXNet."""
     from ..config import DataConfig
-    from ..rundir import read_config
+    from ..runs.rundir import read_config
     from ..datadir import data_dir
-    from ..multi30k import load_split
-    from ..toy import make_toy
+    from ..data.multi30k import load_split
+    from ..data.toy import make_toy
     data_cfg = read_config(DataConfig, Path(run_dir) / "data.json", "data config")
     if data_cfg.name == "toy":
         config = Path(run_dir) / "config.yaml"

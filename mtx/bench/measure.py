@@ -46,7 +46,7 @@ def describe():
     """CPU model and AVX2/AVX512/AMX flags, oneDNN cap, cores, MXNet and CTranslate2 versions
     (package metadata: importing MXNet would add to a CTranslate2 row's memory), threads."""
     from importlib.metadata import PackageNotFoundError, version
-    from ..cpu import cpu_flags, cpu_model, isa_cap
+    from ..hardware.cpu import cpu_flags, cpu_model, isa_cap
     try:
         ctranslate2 = version("ctranslate2")
     except PackageNotFoundError:
@@ -61,7 +61,7 @@ def measure(kind, name, args):
     """Implementation ``name``'s measurement ``kind`` ("train", or "decode" of --run's runs)
     -> its report: the machine, the (first run's) model config and {kind: {label: result}}."""
     if name != "gluonnlp" and name not in CT2:  # gluonnlp: the legacy API; CTranslate2: no MXNet
-        from ..devices import use_numpy_interface
+        from ..hardware.devices import use_numpy_interface
         use_numpy_interface()
     results, model_cfg = (measure_train if kind == "train" else measure_decode)(name, args)
     common = {"precision": CT2[name][0] if name in CT2 else MTX_PRECISIONS.get(name, "float32"),
@@ -81,7 +81,7 @@ def training_step(name, model_cfg):
         return PEERS[name](model_cfg).train_step
     import mxnet as mx
     from ..config import TrainConfig
-    from ..parallel import DataParallel
+    from ..training.parallel import DataParallel
     from ..training.build import build_pieces
     from ..training.steps import train_step
     train_cfg, parallel = TrainConfig(precision=MTX_PRECISIONS[name]), DataParallel([mx.cpu()])
@@ -122,7 +122,7 @@ def measure_train(name, args):
 def gemm_peaks():
     """GFLOP/s of a GEMM_SIZE^3 product in float32 and bfloat16 (None where it cannot run)."""
     import mxnet as mx
-    from ..precision import bfloat16_unavailable, probe_matmul_speed
+    from ..training.precision import bfloat16_unavailable, probe_matmul_speed
     dtypes = ("float32",) if bfloat16_unavailable() else ("float32", "bfloat16")
     speed = probe_matmul_speed(mx.cpu(), [(GEMM_SIZE,) * 3], dtypes=dtypes)
     return {"gemm_peak_gflop_s": round(speed["float32"], 1),
@@ -147,8 +147,8 @@ def run_translators(name, run_dir, tmp_dir):
                               f"{(done.stderr.strip().splitlines() or [done.returncode])[-1]}")
         return CTranslate2Translator(model_dir, DecodeConfig(), compute=CT2[name][1]).with_settings
     import mxnet as mx
-    from ..precision import set_precision
-    from ..search import Translator, load_decoder
+    from ..model.precision import set_precision
+    from ..decoding.search import Translator, load_decoder
     model, tokenizer, _ = load_decoder(run_dir, mx.cpu())
     set_precision(model, MTX_PRECISIONS[name])
     return lambda decode_cfg: Translator(model, tokenizer, decode_cfg, mx.cpu())
@@ -166,8 +166,8 @@ def measure_decode(name, args):
     with several runs ``name <run folder>``; each has its time over the first run's
     (``beam5_time_vs_first``: below 1, that run translates faster)."""
     from ..config import ModelConfig
-    from ..evaluation import translator_rounds
-    from ..rundir import read_config
+    from ..decoding.evaluation import translator_rounds
+    from ..runs.rundir import read_config
     runs = decode_runs(args.run)
     src, ref, data_cfg = inputs.run_test_split(runs[0], args.max_sentences)
     for run in runs[1:]:

@@ -122,8 +122,8 @@ class ServerProcess:
 def one_at_a_time(run_dir, sentences, beam, seconds):
     """``sentences`` (cycled) translated one per call in this process for ``seconds``: a row."""
     import mxnet as mx
-    from ..devices import use_numpy_interface
-    from ..search import Translator, load_decoder
+    from ..hardware.devices import use_numpy_interface
+    from ..decoding.search import Translator, load_decoder
     from .inputs import decode_config
     use_numpy_interface()
     model, tokenizer, _ = load_decoder(run_dir, mx.cpu())

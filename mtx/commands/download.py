@@ -1,7 +1,7 @@
 """scripts/download.py (`make data`): fetch every Multi30k task 1 file mtx knows (train, val and
 the four test sets, en/de/fr) into the data directory and check its SHA-256, without training.
 Files in a local copy (raw_dir= / MTX_MULTI30K_DIR) are checked where they are."""
-from ..multi30k import fetch_all
+from ..data.multi30k import fetch_all
 from .entry import hydra_command
 
 

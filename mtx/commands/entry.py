@@ -90,5 +90,5 @@ def typed(cfg, section):
 def decoding_options(cfg):
     """decode.* as a DecodeConfig and ``device=`` as a context: cheap checks that translate,
     evaluate, heads and serve make before anything loads."""
-    from ..devices import resolve_device
+    from ..hardware.devices import resolve_device
     return typed(cfg, "decode"), resolve_device(cfg.device)

@@ -4,16 +4,16 @@ scores into <run>/eval/ (or out_dir=)."""
 from pathlib import Path
 
 
-from ..devices import use_numpy_interface
+from ..hardware.devices import use_numpy_interface
 from ..config import DecodeConfig
 from ..errors import DataError
-from ..evaluation import translate_and_score
+from ..decoding.evaluation import translate_and_score
 from ..files import atomic_write_json, atomic_write_text
-from ..lines import read_parallel
-from ..multi30k import load_split
-from ..rundir import require_run
-from ..runlock import RunLock
-from ..search import load_decoder
+from ..data.lines import read_parallel
+from ..data.multi30k import load_split
+from ..runs.rundir import require_run
+from ..runs.runlock import RunLock
+from ..decoding.search import load_decoder
 from .entry import decoding_options, hydra_command
 from .paths import writable_out_dir
 

@@ -3,7 +3,7 @@ CTranslate2 (`mtx.deploy.export`), with float32, int8 or int16 weights."""
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..runlock import RunLock
+from ..runs.runlock import RunLock
 from .entry import hydra_command
 
 FORMATS = ("ctranslate2",)
@@ -12,7 +12,7 @@ FORMATS = ("ctranslate2",)
 def export(cfg):
     """Export ``cfg.ckpt`` to ``cfg.output``; returns the export record (mtx_export.json)."""
     from ..deploy.export import export_run
-    from ..devices import use_numpy_interface
+    from ..hardware.devices import use_numpy_interface
     if cfg.format not in FORMATS:
         raise ConfigError(f"format={cfg.format}: choose one of {', '.join(FORMATS)}")
     use_numpy_interface()

@@ -1,7 +1,7 @@
 """scripts/heads.py: which heads of a trained run matter, and how much faster the model gets
 without the rest. Writes into <run>/heads/ (or out_dir=): importance.json/.png, pruning.json/.png
 (method=order) or gates.json/.png and gates_training.png (method=l0: learned gates,
-`mtx.gates`), pruned/ (a smaller run directory, fine-tuned there when finetune.minutes > 0) and
+`mtx.heads.gates`), pruned/ (a smaller run directory, fine-tuned there when finetune.minutes > 0) and
 speed.json."""
 import dataclasses
 import json
@@ -13,19 +13,25 @@ from types import SimpleNamespace
 
 import numpy as onp
 
-from .. import heads
-from ..corpus import load_corpus
-from ..devices import use_numpy_interface
+from ..heads import importance as heads
+from ..data.corpus import load_corpus
+from ..hardware.devices import use_numpy_interface
 from ..errors import CheckpointError, ConfigError
-from ..evaluation import translation_rounds
+from ..decoding.evaluation import translation_rounds
 from ..files import atomic_write_json, temp_path
-from ..gates import train_gates
-from ..head_study import (GatedScorer, StudySettings, choose_pruning, curves, importance_scores,
-                          save_pruned_run)
-from ..pictures import gate_training_plot, importance_heatmaps, pruning_plot
-from ..rundir import RunDir
-from ..runlock import RunLock
-from ..search import load_decoder
+from ..heads.gates import train_gates
+from ..heads.study import (
+    GatedScorer,
+    StudySettings,
+    choose_pruning,
+    curves,
+    importance_scores,
+    save_pruned_run,
+)
+from ..runs.pictures import gate_training_plot, importance_heatmaps, pruning_plot
+from ..runs.rundir import RunDir
+from ..runs.runlock import RunLock
+from ..decoding.search import load_decoder
 from ..training import continue_training
 from .entry import decoding_options, hydra_command, typed
 from .paths import writable_out_dir
@@ -116,7 +122,7 @@ def ordered_gates(s, shape, orders, points):
 
 
 def learned_gates(s):
-    """Gates learned with an L0 penalty (`mtx.gates`) on a copy of the run fine-tuned with them,
+    """Gates learned with an L0 penalty (`mtx.heads.gates`) on a copy of the run fine-tuned with them,
     written to gates.json and gates.png: (the gated copy, its exact gates (A, H), meta)."""
     gated, _, _ = load_decoder(s.run_dir, s.ctx, s.checkpoint)  # its weights change with the gates
     model_cfg, l0 = s.model.cfg, s.settings.l0

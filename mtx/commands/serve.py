@@ -7,10 +7,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..typecheck import from_dict, is_number, is_whole
-from ..devices import use_numpy_interface
+from ..hardware.devices import use_numpy_interface
 from ..errors import ConfigError
-from ..rundir import RunDir
-from ..search import load_decoder
+from ..runs.rundir import RunDir
+from ..decoding.search import load_decoder
 from .entry import decoding_options, hydra_command
 
 log = logging.getLogger("mtx.serve")

@@ -7,7 +7,7 @@ import logging
 
 from .. import training
 from ..typecheck import is_whole
-from ..devices import resolve_device, use_numpy_interface
+from ..hardware.devices import resolve_device, use_numpy_interface
 from ..errors import ConfigError
 from .entry import hydra_command, typed
 

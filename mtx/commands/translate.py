@@ -6,10 +6,10 @@ import stat
 import sys
 from pathlib import Path
 
-from ..devices import use_numpy_interface
+from ..hardware.devices import use_numpy_interface
 from ..errors import ConfigError, FileWriteError
-from ..lines import file_chunks, stream_chunks
-from ..search import Translator, load_decoder
+from ..data.lines import file_chunks, stream_chunks
+from ..decoding.search import Translator, load_decoder
 from .entry import decoding_options, hydra_command, typed
 from .paths import readable_file, writable_file
 
@@ -78,8 +78,8 @@ def open_output(path):
 def attention_png(cfg, translator, line):
     """attention_png=DIR: heatmaps of the attention over ``line`` (the first input line) and
     its best translation (as decode.* found it, cut like the translation), written into DIR."""
-    from ..pictures import attention_pictures
-    from ..search import attention_axes, attention_of
+    from ..runs.pictures import attention_pictures
+    from ..decoding.search import attention_axes, attention_of
     src_ids = translator.tokenizer.encode([line.strip()])[0][:translator.max_src_len]
     out_ids = translator.translate_ids([src_ids])[0][0][0]
     weights = attention_of(translator.model, src_ids, out_ids, translator.ctx)

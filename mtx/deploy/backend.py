@@ -1,5 +1,5 @@
 """Translation with a CTranslate2 export: `CTranslate2Translator` keeps the promises of
-`mtx.search.Translator` (lines in, per line the n-best (text, score) in input order; an empty
+`mtx.decoding.search.Translator` (lines in, per line the n-best (text, score) in input order; an empty
 line gives ''; a line longer than the model's positions is cut, with a warning).
 
 The decoding settings mean what they mean in mtx:
@@ -10,7 +10,7 @@ The decoding settings mean what they mean in mtx:
   ``sum_logp / length ** alpha``, so it is asked for all the hypotheses it finished, with their
   EOS (``return_end_token``, so a length counts the EOS as mtx's does); each score is turned back
   into its sum of log-probabilities and scored ``sum_logp / ((5 + length) / 6) ** alpha`` as in
-  `mtx.search`, and the best ``nbest`` are kept.
+  `mtx.decoding.search`, and the best ``nbest`` are kept.
 - The search itself is CTranslate2's: a finished hypothesis leaves the beam (mtx keeps it in its
   slot, where better candidates may push it out) and the search stops after ``PATIENCE *
   beam_size`` finished hypotheses (mtx: when every slot holds a finished one). The empty
@@ -26,9 +26,9 @@ import copy
 import logging
 import os
 
-from ..lines import LineTranslator
-from ..search_rules import gnmt_penalty, output_limits
-from ..vocab import EOS
+from ..data.lines import LineTranslator
+from ..decoding.search_rules import gnmt_penalty, output_limits
+from ..data.vocab import EOS
 from . import require
 from .export import read_export_info
 
@@ -49,7 +49,7 @@ def compute_type(quantization, device="cpu"):
     """CTranslate2's compute type for an export stored as ``quantization`` on ``device``:
     "default" (the stored type), except an int8 export on a CPU without int8 dot-product
     instructions (or with CTranslate2 capped below AVX-512), which computes in float32."""
-    from ..cpu import cpu_flags
+    from ..hardware.cpu import cpu_flags
     if device not in ("cpu", None) and not str(device).startswith("cpu"):
         return "default"
     if not str(quantization).startswith("int8"):
@@ -60,8 +60,8 @@ def compute_type(quantization, device="cpu"):
 
 
 def ct2_device(device):
-    """mtx's device names (`mtx.devices.parse_device`) -> (CTranslate2 device, index)."""
-    from ..devices import parse_device
+    """mtx's device names (`mtx.hardware.devices.parse_device`) -> (CTranslate2 device, index)."""
+    from ..hardware.devices import parse_device
     kind, index = parse_device(device)
     return DEVICES[kind], index if kind == "gpu" else 0
 
@@ -70,7 +70,7 @@ class CTranslate2Translator(LineTranslator):
     """Lines of text -> lines of text with an exported model directory (`mtx.deploy.export`)."""
 
     def __init__(self, model_dir, decode_cfg, device="cpu", compute="auto", threads=0):
-        from ..corpus import load_tokenizer
+        from ..data.corpus import load_tokenizer
         ctranslate2 = require()
         info = read_export_info(model_dir)
         self.cfg, self.info = decode_cfg, info

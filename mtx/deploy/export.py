@@ -12,9 +12,9 @@ import shutil
 import time
 from pathlib import Path
 
-from ..corpus import TOKENIZER_FILES, tokenizer_file
+from ..data.corpus import TOKENIZER_FILES, tokenizer_file
 from ..errors import CheckpointError, ConfigError, FileWriteError
-from .. import faults
+from ..runs import faults
 from ..files import (atomic_write_json, exchange, fsync_dir, held_by_another_process, sha256_of,
                      temp_path)
 from . import EXPORT_INFO, require
@@ -88,7 +88,7 @@ def export(model, tokenizer_file, output, quantization="float32", source=None):
     """Write CTranslate2 model directory ``output`` from an mtx `Transformer` and its tokenizer
     file (spm.model or toy_symbols.json, copied beside the model). ``source``: what to record
     of the run (mtx_export.json). Returns the export record."""
-    from ..corpus import load_tokenizer
+    from ..data.corpus import load_tokenizer
     ctranslate2 = require()
     _check_quantization(quantization)
     output = _prepare_output(output)
@@ -136,9 +136,9 @@ def read_export_info(path):
 
 
 def export_run(run_dir, output, quantization="float32", checkpoint="auto"):
-    """Export checkpoint ``checkpoint`` of training run ``run_dir`` (`mtx.rundir.load_run`)."""
+    """Export checkpoint ``checkpoint`` of training run ``run_dir`` (`mtx.runs.rundir.load_run`)."""
     import mxnet as mx
-    from ..rundir import load_run
+    from ..runs.rundir import load_run
     _check_quantization(quantization)
     require()
     _prepare_output(output)

@@ -29,7 +29,7 @@ pruning saves nothing there (`padded_heads` in mtx_export.json counts them).
 import numpy as onp
 
 from ..errors import ConfigError
-from ..vocab import SPECIALS
+from ..data.vocab import SPECIALS
 from . import require
 
 LAYER_NORM_EPSILON = 1e-5  # Gluon's LayerNorm default, which mtx keeps

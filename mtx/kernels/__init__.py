@@ -1,7 +1,7 @@
 """mtx's native CPU kernels: C++ operators for MXNet 1.9's custom-operator library API.
 
-Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.layers.LayerNorm`, and
-``mtx_smoothed_ce`` (cross_entropy.cc), used by `mtx.loss.LabelSmoothedCrossEntropy`. They are
+Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.model.layers.LayerNorm`, and
+``mtx_smoothed_ce`` (cross_entropy.cc), used by `mtx.training.loss.LabelSmoothedCrossEntropy`. They are
 CPU-only; on a machine with a GPU, MXNet's CUDA operators run instead.
 
 The sources are compiled on first use (or by ``make install``) with ``$CXX`` (default ``g++``;
@@ -39,7 +39,7 @@ from pathlib import Path
 import mxnet as mx
 
 from .. import files
-from ..cpu import flags_line
+from ..hardware.cpu import flags_line
 from ..datadir import cache_home
 from ..errors import FileWriteError
 

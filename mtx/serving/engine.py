@@ -12,9 +12,9 @@ from typing import NamedTuple, Optional, Tuple
 
 from mxnet import np
 
-from ..lines import nbest_texts
-from ..search import Translator, attention_axes, attention_of
-from ..vocab import EOS
+from ..data.lines import nbest_texts
+from ..decoding.search import Translator, attention_axes, attention_of
+from ..data.vocab import EOS
 
 TRANSLATE, ATTENTION = "translate", "attention"
 WEIGHT_DECIMALS = 3  # attention weights sent to the page: enough for a heatmap, 3x smaller JSON

@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from ..devices import use_numpy_interface
+from ..hardware.devices import use_numpy_interface
 from ..errors import ConfigError
 from .bodies import RequestError, check_work, sentence_ids, settings
 from .engine import ATTENTION, TRANSLATE, Engine

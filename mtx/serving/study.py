@@ -13,7 +13,7 @@ from pathlib import Path
 from ..typecheck import is_number
 
 log = logging.getLogger(__name__)
-SCORE = "gradient"       # the score the study's importance order is built from (mtx.heads)
+SCORE = "gradient"       # the score the study's importance order is built from (mtx.heads.importance)
 DEFAULT_ORDER = "importance"
 
 

@@ -8,10 +8,11 @@ from typing import Dict, List, Optional
 import mxnet as mx
 from mxnet import gluon
 
-from ..loss import LabelSmoothedCrossEntropy, label_smoothed_loss
-from ..model import Transformer
-from ..optimizer import DynamicLossScale
-from ..precision import check_device, choose_precision, set_precision
+from .loss import LabelSmoothedCrossEntropy, label_smoothed_loss
+from ..model.transformer import Transformer
+from .optimizer import DynamicLossScale
+from ..model.precision import set_precision
+from .precision import check_device, choose_precision
 from .ema import WeightAverage
 
 

@@ -5,7 +5,7 @@ import json
 import logging
 import time
 
-from .. import faults
+from ..runs import faults
 from ..errors import CheckpointError
 from .state import TrainState
 

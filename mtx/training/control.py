@@ -75,3 +75,16 @@ class StopSignals:
             return KeyboardInterrupt()
         name = signal.Signals(number).name if number is not None else "another worker's signal"
         return Preempted(f"stopped by {name}: {saved}")
+
+
+def budget_spent(train_cfg, state, clock, parallel, num_batches):
+    """The fraction of the training budget spent (0 to 1, the same on every worker) at ``state``
+    (`TrainState`) in an epoch of ``num_batches``: of `train.max_epochs` or of
+    `train.max_minutes`, whichever is further on. Read where the epoch starts and at log points,
+    and only with a `train.cooldown` (the learning rate then depends on the clock: a resumed run
+    is exact up to it)."""
+    if not train_cfg.cooldown:
+        return 0.0
+    epochs = (state.epoch + state.batch_in_epoch / max(num_batches, 1)) / train_cfg.max_epochs
+    minutes = clock.minutes() / train_cfg.max_minutes if train_cfg.max_minutes else 0.0
+    return min(1.0, max(epochs, parallel.mean(minutes)))

@@ -6,7 +6,7 @@ random initialisation for long (TensorFlow's ExponentialMovingAverage with num_u
 
 Where the average is used: the end-of-epoch validation (`applied`), and every checkpoint, which
 stores it as its ``ema`` file beside the raw parameters: a resume loads both, and anything that
-loads a checkpoint for translation (`mtx.checkpoints.CheckpointStore.load` without a trainer:
+loads a checkpoint for translation (`mtx.runs.checkpoints.CheckpointStore.load` without a trainer:
 the final choice, averaging, translate, evaluate) loads the average.
 """
 import contextlib

@@ -4,13 +4,14 @@ test sets and a resumed run continues (`PARTIAL_REPORT`)."""
 import dataclasses
 import logging
 
-from .. import faults, kernels
-from ..checkpoints import RESUME_HINT, save_average
+from ..runs import faults
+from .. import kernels
+from ..runs.checkpoints import RESUME_HINT, save_average
 from ..errors import CheckpointError, DataError
-from ..evaluation import translate_and_score
+from ..decoding.evaluation import translate_and_score
 from ..files import atomic_write_text, read_json
-from ..multi30k import TEST_SETS, TEST_SPLIT, load_split
-from ..pictures import learning_curve
+from ..data.multi30k import TEST_SETS, TEST_SPLIT, load_split
+from ..runs.pictures import learning_curve
 from .state import validation_score
 
 log = logging.getLogger(__name__)

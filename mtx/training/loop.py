@@ -14,12 +14,12 @@ import time
 import numpy as onp
 from tqdm import tqdm
 
-from .. import faults
-from ..batching import bucket_batches
-from ..devices import seed_everything
-from ..schedule import learning_rate
+from ..runs import faults
+from ..data.batching import bucket_batches
+from ..hardware.devices import seed_everything
+from .schedule import learning_rate
 from .checkpointing import Checkpointing
-from .control import Clock, StopSignals
+from .control import Clock, StopSignals, budget_spent
 from .state import TrainState, epoch_seed, position_seed
 from .steps import LossMeter, evaluate, train_step
 
@@ -46,8 +46,7 @@ class Fit:
         return self.pieces.model
 
     def restore(self):
-        """Continue from the newest intact checkpoint (`Checkpointing.restore`, the same on
-        every worker); True when there was one."""
+        """Continue from the newest intact checkpoint (the same on every worker); True if any."""
         state = self.checkpointing.restore(self.parallel)
         if self.parallel.is_chief:  # the records of what is trained again go
             self.run_dir.records.keep_until(*((state.epoch, state.step) if state else (0, 0)))
@@ -56,14 +55,14 @@ class Fit:
         return state is not None
 
     def train_epoch(self):
-        """The rest of the current epoch (all of it unless resumed inside it). Returns False
-        when the wall-clock budget stopped it before its end."""
+        """The rest of the current epoch; False when the wall-clock budget cut it short."""
         state, cfg, parallel, finished = self.state, self.train_cfg, self.parallel, False
         batches = bucket_batches(self.train_src, self.train_tgt, cfg.batch_tokens, shuffle=True,
                                  seed=epoch_seed(self.seed, state.epoch))
         records = self.run_dir.records if parallel.is_chief else None
         with EpochLog(state, cfg, self.clock, records, len(batches), self.seed) as epoch_log:
-            epoch_log.budget_spent = self.budget_spent(len(batches))
+            spent = lambda: budget_spent(cfg, state, self.clock, parallel, len(batches))
+            epoch_log.budget_spent = spent()
             for batch in batches[state.batch_in_epoch:]:
                 state.step += 1
                 epoch_log.add(train_step(self.pieces, parallel, batch, state.step, cfg,
@@ -74,7 +73,7 @@ class Fit:
                                 and state.batch_in_epoch < len(batches))
                 if at_log_point:
                     epoch_log.log_point()
-                    epoch_log.budget_spent = self.budget_spent(len(batches))
+                    epoch_log.budget_spent = spent()
                 if self.stop_signals.requested(parallel, at_log_point):
                     epoch_log.record()
                     self.stop_here(saved=False)
@@ -92,25 +91,12 @@ class Fit:
                         state.epoch + 1, state.epoch_skipped)
         return finished
 
-    def budget_spent(self, num_batches):
-        """The fraction of the training budget spent (0 to 1, the same on every worker): of
-        `train.max_epochs` or of `train.max_minutes`, whichever is further on. Read where the
-        epoch starts and at log points, and only with a `train.cooldown` (the learning rate
-        then depends on the clock: a resumed run is exact up to it)."""
-        cfg, state = self.train_cfg, self.state
-        if not cfg.cooldown:
-            return 0.0
-        epochs = (state.epoch + state.batch_in_epoch / max(num_batches, 1)) / cfg.max_epochs
-        minutes = self.clock.minutes() / cfg.max_minutes if cfg.max_minutes else 0.0
-        return min(1.0, max(epochs, self.parallel.mean(minutes)))
-
     def evaluate(self, split):
         """(mean per-token nll on ``split``, its greedy sacreBLEU or None)."""
         return evaluate(self.pieces, self.corpus, split, self.train_cfg, self.decode_cfg)
 
     def end_of_epoch(self):
-        """Validate (the moving average of the weights, with train.ema_decay), record the epoch,
-        and checkpoint it (the resume point, the epoch, best)."""
+        """Validate (the weights' moving average, if kept), record and checkpoint the epoch."""
         state, ema = self.state, self.pieces.ema
         with ema.applied() if ema is not None else contextlib.nullcontext():
             val_loss, bleu = self.evaluate("val")
@@ -122,9 +108,8 @@ class Fit:
         log_epoch(record)
 
     def run(self):
-        """Train until the budget, max_epochs or early stopping; returns the minutes trained. A
-        stop signal saves a resume point at the next step boundary (in the end-of-epoch
-        evaluation: the epoch's checkpoint) and raises KeyboardInterrupt or `Preempted`."""
+        """Train until the budget, max_epochs or early stopping; returns the minutes trained. A stop
+        signal saves a resume point at the next step boundary, then raises (`stop_here`)."""
         try:
             with self.stop_signals:
                 return self._run()
@@ -192,7 +177,7 @@ class EpochLog:
     def __init__(self, state, train_cfg, clock, records, num_batches, seed):
         self.state, self.train_cfg, self.clock, self.records = state, train_cfg, clock, records
         self.seed, self.meter = seed, LossMeter(state, train_cfg.max_nonfinite_steps)
-        self.budget_spent = 0.0  # what the steps' learning rate reads (`Fit.budget_spent`)
+        self.budget_spent = 0.0  # what the steps' learning rate reads (`control.budget_spent`)
         self.bar = tqdm(total=num_batches, initial=state.batch_in_epoch, leave=False,
                         mininterval=2, desc=f"epoch {state.epoch + 1}", dynamic_ncols=True,
                         disable=records is None)

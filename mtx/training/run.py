@@ -4,15 +4,20 @@ import contextlib
 import dataclasses
 import logging
 
-from ..corpus import (load_corpus, load_tokenizer, save_tokenizer, tokenizer_file,
-                      tokenizer_sha256)
-from ..devices import resolve_device, seed_everything
+from ..data.corpus import (
+    load_corpus,
+    load_tokenizer,
+    save_tokenizer,
+    tokenizer_file,
+    tokenizer_sha256,
+)
+from ..hardware.devices import resolve_device, seed_everything
 from ..errors import CheckpointError, ConfigError
-from ..parallel import DataParallel
-from ..precision import choose_precision
-from ..resume import check_identity, check_settings
-from ..runlock import RunLock
-from ..rundir import RunDir, run_identity
+from .parallel import DataParallel
+from .precision import choose_precision
+from ..runs.resume import check_identity, check_settings
+from ..runs.runlock import RunLock
+from ..runs.rundir import RunDir, run_identity
 from .build import build_pieces
 from .final import choose_final, final_report
 from .loop import Fit

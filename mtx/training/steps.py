@@ -6,16 +6,16 @@ nothing is read back to the host (the loop reads the loss every `train.log_every
 import numpy as onp
 from mxnet import autograd
 
-from .. import faults
-from ..batching import bucket_batches
-from ..bleu import sacre_bleu
-from ..devices import to_device
+from ..runs import faults
+from ..data.batching import bucket_batches
+from ..decoding.bleu import sacre_bleu
+from ..hardware.devices import to_device
 from ..errors import TrainingError
-from ..loss import mean_nll
-from ..optimizer import gradient_scale
-from ..parallel import split_rows
-from ..schedule import learning_rate
-from ..search import Translator
+from .loss import mean_nll
+from .optimizer import gradient_scale
+from .parallel import split_rows
+from .schedule import learning_rate
+from ..decoding.search import Translator
 
 
 def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None, budget_spent=0.0):

@@ -1,0 +1,83 @@
+"""A corpus ready for training: the text of every split, the tokenizer, and subword ids."""
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from ..config import DataConfig
+from ..errors import ConfigError
+from ..files import atomic_copy, atomic_write_text, read_json, sha256_of
+from .multi30k import load_multi30k
+from .toy import make_toy, toy_symbols
+from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer, train_sentencepiece
+
+SPM_FILE, TOY_SYMBOLS_FILE = "spm.model", "toy_symbols.json"
+TOKENIZER_FILES = (SPM_FILE, TOY_SYMBOLS_FILE)  # a run directory holds one of them
+
+
+def tokenizer_file(run_dir):
+    """The path of the run's tokenizer (one of TOKENIZER_FILES), or None."""
+    return next((Path(run_dir) / name for name in TOKENIZER_FILES
+                 if (Path(run_dir) / name).is_file()), None)
+
+
+@dataclass
+class Corpus:
+    text: Dict[str, Tuple[List[str], List[str]]]       # split -> (source lines, target lines)
+    ids: Dict[str, Tuple[List[List[int]], List[List[int]]]]
+    tokenizer: object
+
+    def train_pairs(self, max_pair_len):
+        """Training ids without pairs longer than ``max_pair_len`` subwords on either side (with
+        their EOS); ConfigError when that leaves none."""
+        src, tgt = self.ids["train"]
+        keep = [i for i in range(len(src))
+                if len(src[i]) < max_pair_len and len(tgt[i]) < max_pair_len]
+        if not keep:
+            shortest = min(max(len(s), len(t)) for s, t in zip(src, tgt)) + 1
+            raise ConfigError(f"data.max_len={max_pair_len} leaves no training pair (the "
+                              f"shortest pair needs {shortest}): raise data.max_len")
+        return [src[i] for i in keep], [tgt[i] for i in keep]
+
+
+def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
+    """Text and ids of every split. Without a ``tokenizer`` (a trained run's), one is built:
+    the toy task's word list, or a joint SentencePiece model of the training split."""
+    if cfg.name == "toy":
+        text = make_toy(cfg.task, cfg.num_symbols, cfg.min_len, cfg.max_toy_len, cfg.sizes, seed)
+        tokenizer = tokenizer or WordTokenizer(toy_symbols(cfg.num_symbols))
+    else:
+        text = load_multi30k(cfg.src_lang, cfg.tgt_lang, cfg.raw_dir, data_dir)
+        if tokenizer is None:
+            train_src, train_tgt = text["train"]
+            tokenizer = SentencePieceTokenizer(train_sentencepiece(
+                train_src + train_tgt, cfg.vocab_size, Path(data_dir) / "spm"))
+    ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
+    return Corpus(text, ids, tokenizer)
+
+
+def tokenizer_sha256(tokenizer):
+    """SHA-256 of what defines the tokenizer: the SentencePiece model file or the symbol list."""
+    if isinstance(tokenizer, SentencePieceTokenizer):
+        return sha256_of(tokenizer.model_path)
+    return hashlib.sha256(json.dumps(tokenizer.symbols).encode()).hexdigest()
+
+
+def save_tokenizer(tokenizer, run_dir):
+    """Keep the run's tokenizer next to its checkpoints (atomically)."""
+    run_dir = Path(run_dir)
+    if isinstance(tokenizer, SentencePieceTokenizer):
+        atomic_copy(tokenizer.model_path, run_dir / SPM_FILE)
+    else:
+        atomic_write_text(run_dir / TOY_SYMBOLS_FILE, json.dumps(tokenizer.symbols[4:]))
+
+
+def load_tokenizer(run_dir):
+    path = tokenizer_file(run_dir)
+    if path is None:
+        raise TokenizerError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
+                             f"is it a training run directory?")
+    if path.name == SPM_FILE:
+        return SentencePieceTokenizer(path)
+    return WordTokenizer(read_json(path, TokenizerError, "toy vocabulary", kind=list))

@@ -1,0 +1,98 @@
+"""Tokenizers and the special-token ids every part of mtx agrees on."""
+import hashlib
+import os
+from pathlib import Path
+
+from ..errors import ConfigError, TokenizerError
+from ..files import atomic_write
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
+
+
+
+
+def output_subwords(tokenizer, lines):
+    """The subwords of ``lines`` plus one EOS each: the decoding steps that wrote them (a model
+    that writes longer translations does more steps)."""
+    return sum(len(ids) + 1 for ids in tokenizer.encode(lines))
+
+
+class SentencePieceTokenizer:
+    """Text <-> subword ids with a joint SentencePiece model (ids: pad 0, unk 1, bos 2, eos 3)."""
+
+    def __init__(self, model_path):
+        import sentencepiece as spm
+        self.model_path = str(model_path)
+        try:
+            self._sp = spm.SentencePieceProcessor(model_file=self.model_path)
+        except (OSError, RuntimeError) as err:
+            raise TokenizerError(f"{model_path}: not a readable SentencePiece model ({err}); "
+                                 f"delete it to retrain, or point at the run's spm.model") from None
+        if self._sp.pad_id() != PAD or self._sp.eos_id() != EOS:
+            raise TokenizerError(f"{model_path}: special ids differ from mtx's (pad 0, eos 3)")
+
+    def __len__(self):
+        return self._sp.get_piece_size()
+
+    def encode(self, lines):
+        return self._sp.encode(list(lines))
+
+    def decode(self, ids_list):
+        return [self._sp.decode(list(ids)) for ids in ids_list]
+
+    def pieces(self, ids):
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
+
+def train_sentencepiece(texts, vocab_size, cache_dir):
+    """Train (or reuse) a joint BPE model on ``texts``; cached by content hash and size.
+
+    Returns the path of the ``.model`` file; it is written atomically."""
+    import sentencepiece as spm
+    digest = hashlib.sha256()
+    for line in texts:
+        digest.update(line.encode("utf-8") + b"\n")
+    key = f"spm{vocab_size}-{digest.hexdigest()[:16]}"
+    cache_dir = Path(cache_dir)
+    model = cache_dir / f"{key}.model"
+    if model.exists():
+        return model
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp_prefix = cache_dir / f".{key}.{os.getpid()}"
+    corpus = Path(f"{tmp_prefix}.txt")
+    corpus.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    try:
+        spm.SentencePieceTrainer.train(
+            input=str(corpus), model_prefix=str(tmp_prefix), vocab_size=vocab_size,
+            model_type="bpe", character_coverage=1.0, pad_id=PAD, unk_id=UNK, bos_id=BOS,
+            eos_id=EOS, num_threads=2, input_sentence_size=0, minloglevel=2)
+        atomic_write(model, lambda tmp: os.replace(f"{tmp_prefix}.model", tmp))
+    except RuntimeError as err:  # e.g. fewer pieces than the corpus has characters, or more
+        # than its words can make
+        raise ConfigError(f"data.vocab_size={vocab_size}: SentencePiece cannot build it "
+                          f"({str(err).strip().splitlines()[-1]}); choose another size") from None
+    finally:
+        for leftover in (corpus, Path(f"{tmp_prefix}.vocab"), Path(f"{tmp_prefix}.model")):
+            leftover.unlink(missing_ok=True)
+    return model
+
+
+class WordTokenizer:
+    """Whitespace tokens over a fixed symbol list (the toy task): ids 4.. are the symbols."""
+
+    def __init__(self, symbols):
+        self.symbols = list(SPECIALS) + list(symbols)
+        self._ids = {s: i for i, s in enumerate(self.symbols)}
+
+    def __len__(self):
+        return len(self.symbols)
+
+    def encode(self, lines):
+        return [[self._ids.get(w, UNK) for w in line.split()] for line in lines]
+
+    def decode(self, ids_list):
+        return [" ".join(self.symbols[i] for i in ids if i > EOS) for ids in ids_list]
+
+    def pieces(self, ids):
+        return [self.symbols[int(i)] for i in ids]

@@ -1,0 +1,203 @@
+"""Greedy and beam search over a batch with incremental (cached) decoding, `Translator`, which
+turns lines of text into lines of text, and `load_decoder`, a run's model ready to decode.
+
+Scores are sums of log-probabilities; beam search ranks hypotheses by the GNMT length-normalised
+score ``sum_logp / ((5 + length) / 6) ** alpha`` (Wu et al. 2016), length counting the EOS
+(but not the EOS forced on a sentence that reached its length limit), and stops a sentence at its
+output limit (both in `mtx.decoding.search_rules`, which the CTranslate2 backend follows too).
+"""
+
+import numpy as onp
+from mxnet import np, npx
+
+from ..model import ops
+from ..data.batching import MAX_TRANSLATION_ROWS, length_groups
+from ..data.lines import LineTranslator
+from .search_rules import gnmt_penalty, output_limits
+from ..data.vocab import BOS, EOS, PAD, SPECIALS
+
+NEG_INF = -1e30
+
+
+def load_decoder(run_dir, ctx, which="auto"):
+    """(model, tokenizer, the run's DataConfig) of run directory ``run_dir`` (checkpoint
+    ``which``, as `mtx.runs.rundir.load_run` takes it) on ``ctx``, hybridized with static memory: the
+    one way every command and benchmark loads a model to translate with."""
+    from ..runs.rundir import load_run
+    model, tokenizer, data_cfg = load_run(run_dir, ctx, which)
+    model.hybridize(static_alloc=True)
+    return model, tokenizer, data_cfg
+
+
+def _keep_rows(state, rows, sentences=None):
+    """Reorder the decoder cache of R hypotheses (rows b*K + k) to rows ``rows`` (R',) int32 of
+    it; with ``sentences`` (R'/K,) int32 also keep only those sentences' source-side state.
+    Self caches are (R*H, t, Dh), cross caches (R/K*H, S, Dh) (`Transformer.init_state`)."""
+    hypotheses = state["src_valid_len"].shape[0] * state["beam_size"]  # R
+    for cache in state["caches"]:
+        cache["self"] = tuple(ops.take_groups(x, rows, hypotheses) for x in cache["self"])
+        if sentences is not None:
+            cache["cross"] = tuple(ops.take_groups(x, sentences, hypotheses // state["beam_size"])
+                                   for x in cache["cross"])
+    if sentences is not None:
+        state["src_valid_len"] = np.take(state["src_valid_len"], sentences, axis=0)
+
+
+def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.0,
+                max_len_a=1.5, max_len_b=10, nbest=1, head_gates=None):
+    """src_tokens (B, S), src_valid_len (B,) on the model's device -> for each sentence a list of
+    ``nbest`` (token ids without EOS, normalised score), best first. Beam 1 is greedy search.
+    ``head_gates`` (A, H) scales heads as in `Transformer.forward`.
+
+    Each step keeps, per hypothesis, only its K best next tokens (the length penalty is the same
+    for every token of a hypothesis, so the sentence's K best candidates are among those), then
+    ranks the K*K candidates of each sentence. A sentence whose K hypotheses have all ended leaves
+    the batch: its result is read off the history and its rows are dropped from the cache."""
+    B, K = src_tokens.shape[0], beam_size
+    ctx = src_tokens.ctx
+    limits = output_limits(src_valid_len.asnumpy(), max_len_a, max_len_b, model.cfg.max_src_len)
+    steps = max(int(limits.max()), 1)  # a limit of 0 still takes the step that forces EOS
+    state = model.init_state(src_tokens, src_valid_len, head_gates, beam_size=K)
+    alive = onp.arange(B)  # the sentence of each group of K rows
+    limit = np.array(onp.repeat(limits, K), dtype="float32", ctx=ctx).reshape(-1, 1)  # (B*K, 1)
+    tokens = np.full((B * K,), BOS, dtype="int32", ctx=ctx)
+    # (B*K,) sums of log-probabilities; only the first beam of each sentence is alive at t = 0
+    raw = np.array(onp.tile([0.0] + [NEG_INF] * (K - 1), B), dtype="float32", ctx=ctx)
+    finished = np.zeros((B * K,), ctx=ctx)
+    length = np.zeros((B * K,), ctx=ctx)  # (B*K,) incl. EOS; frozen at EOS or at the limit
+    history = []  # per step, host arrays over that step's rows: (tokens, rows of the step before)
+    results = [None] * B
+    for t in range(steps):
+        log_probs, _ = model.step(tokens, state)  # (R, V), R = live sentences * K
+        tokens, raw, length, finished, origin = _extend(log_probs, raw, length, finished,
+                                                        limit <= t, K, length_penalty)
+        history.append((tokens.asnumpy(), origin.asnumpy()))
+        done = finished.asnumpy().reshape(-1, K).min(axis=1) > 0  # (R/K,) all K ended
+        if done.all() or t == steps - 1:
+            _read_off(results, alive, onp.ones_like(done), history, raw, length, K,
+                      length_penalty, nbest)
+            break
+        if done.any():
+            _read_off(results, alive, done, history, raw, length, K, length_penalty, nbest)
+            keep = onp.flatnonzero(~done)  # sentences that go on, in (R/K,)
+            rows = (keep[:, None] * K + onp.arange(K)).reshape(-1)  # their rows, in (R,)
+            history.append((None, rows))  # a step that only renumbers rows
+            alive = alive[keep]
+            rows_nd = np.array(rows, dtype="int32", ctx=ctx)
+            origin = np.take(origin, rows_nd)
+            tokens, raw, length, finished, limit = (np.take(x, rows_nd, axis=0) for x in
+                                                    (tokens, raw, length, finished, limit))
+            _keep_rows(state, origin, np.array(keep, dtype="int32", ctx=ctx))
+        else:
+            _keep_rows(state, origin)
+    return results
+
+
+def _extend(log_probs, raw, length, finished, at_limit, K, alpha):
+    """One step of the beam: the log-probabilities (R, V) of the next token after each of the
+    R = sentences * K hypotheses, with their sums of log-probabilities ``raw`` (R,), lengths
+    (R,), ``finished`` (R,) and ``at_limit`` (R, 1) (their output limit reached) -> each
+    sentence's K best extensions: (tokens (R,) int32, raw (R,), length (R,), finished (R,),
+    origin (R,) int32: the row of the step before that each extends)."""
+    ctx = log_probs.ctx
+    R, V = log_probs.shape
+    top_lp, top_ids = npx.topk(log_probs, k=min(K, V), axis=-1, ret_typ="both")  # (R, C)
+    C = top_lp.shape[1]
+    stop = (finished.reshape(-1, 1) + at_limit.astype("float32")) > 0  # (R, 1)
+    # a stopped hypothesis has one continuation, EOS at no cost (and no added length)
+    top_lp = np.where(stop, _eos_only_scores(C, ctx), top_lp)
+    top_ids = np.where(stop, float(EOS), top_ids)
+    cand_raw = raw.reshape(-1, 1) + top_lp  # (R, C)
+    new_len = length.reshape(-1, 1) + 1 - stop.astype("float32")  # (R, 1)
+    cand = npx.reshape(cand_raw / gnmt_penalty(new_len, alpha), (-1, K * C))  # (R/K, K*C)
+    best = npx.topk(cand, k=K, axis=-1, ret_typ="indices", dtype="float32")  # (R/K, K)
+    beam = np.floor(best / C)  # which of the sentence's beams each winner extends
+    offsets = np.arange(R // K, dtype="float32", ctx=ctx).reshape(-1, 1) * K
+    origin = (beam + offsets).reshape(-1).astype("int32")  # (R,) rows of the step before
+    picked = (origin * C + (best - beam * C).reshape(-1).astype("int32"))  # (R,) in (R*C,)
+    tokens = np.take(top_ids.reshape(-1), picked).astype("int32")
+    finished = np.maximum(np.take(finished, origin), (tokens == EOS).astype("float32"))
+    return (tokens, np.take(cand_raw.reshape(-1), picked), np.take(new_len.reshape(-1), origin),
+            finished, origin)
+
+
+def _eos_only_scores(C, ctx):
+    """(1, C): the first candidate (EOS) at no cost, the others impossible."""
+    return np.array([[0.0] + [NEG_INF] * (C - 1)], dtype="float32", ctx=ctx)
+
+
+def _read_off(results, alive, done, history, raw, length, K, alpha, nbest):
+    """Store in ``results`` the hypotheses of the sentences ``alive[done]``: follow each of their
+    rows back through ``history`` (host arrays, see `beam_search`); raw (R,) and length (R,) the
+    sums of log-probabilities and the lengths the search scored them by."""
+    raw, length = raw.asnumpy(), length.asnumpy()
+    for group in onp.flatnonzero(done):
+        hyps = []
+        for row in range(group * K, group * K + K):
+            ids, r = [], row
+            for step_tokens, origins in reversed(history):
+                if step_tokens is not None:
+                    ids.append(int(step_tokens[r]))
+                r = int(origins[r])
+            ids.reverse()
+            ids = ids[:ids.index(EOS)] if EOS in ids else ids
+            hyps.append((ids, float(raw[row] / gnmt_penalty(int(length[row]), alpha))))
+        hyps.sort(key=lambda h: -h[1])
+        results[alive[group]] = hyps[:nbest]
+
+
+def greedy_search(model, src_tokens, src_valid_len, max_len_a=1.5, max_len_b=10,
+                  head_gates=None):
+    """The argmax at every step: token ids per sentence (EOS removed)."""
+    return [hyps[0][0] for hyps in beam_search(model, src_tokens, src_valid_len, 1, 0.0,
+                                                max_len_a, max_len_b, 1, head_gates)]
+
+
+def attention_of(model, src_ids, out_ids, ctx, head_gates=None):
+    """Every layer's attention in a teacher-forced pass of one sentence and its translation:
+    source ids and output ids (no EOS) -> one host array (H, Tq, Tk) per attention layer in
+    `ModelConfig.attention_layers` order; source positions are src_ids + EOS, target positions
+    BOS + out_ids (the position each output token is predicted from)."""
+    src = np.array([src_ids + [EOS]], dtype="int32", ctx=ctx)  # (1, S)
+    src_len = np.array([len(src_ids) + 1], dtype="int32", ctx=ctx)  # (1,)
+    tgt_in = np.array([[BOS] + out_ids], dtype="int32", ctx=ctx)  # (1, T)
+    weights = model.attention_weights(src, src_len, tgt_in, head_gates)  # (1*H, Tq, Tk) each
+    return [w.asnumpy() for w in weights]
+
+
+def attention_axes(tokenizer, src_ids, out_ids):
+    """The labels of `attention_of`'s key and query axes: (source pieces + '</s>', '<s>' +
+    output pieces)."""
+    return (tokenizer.pieces(src_ids) + [SPECIALS[EOS]],
+            [SPECIALS[BOS]] + tokenizer.pieces(out_ids))
+
+
+class Translator(LineTranslator):
+    """Lines of text -> lines of text with a trained model: tokenize, batch by source length,
+    search, detokenize, and return results in input order. Empty lines translate to ''."""
+
+    def __init__(self, model, tokenizer, decode_cfg, ctx, head_gates=None):
+        self.model, self.tokenizer, self.cfg, self.ctx = model, tokenizer, decode_cfg, ctx
+        self.head_gates = head_gates
+        self.max_src_len = model.cfg.max_src_len
+
+    def search(self, src_ids):
+        """Non-empty lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of
+        them), searched in batches of similar length."""
+        results = [None] * len(src_ids)
+        for group in length_groups([len(ids) + 1 for ids in src_ids], self.cfg.batch_tokens,
+                                   MAX_TRANSLATION_ROWS):
+            rows = [src_ids[j] for j in group]
+            S = max(len(r) for r in rows) + 1
+            src = onp.full((len(rows), S), PAD, "int32")
+            for r, ids in enumerate(rows):
+                src[r, :len(ids) + 1] = ids + [EOS]
+            src_len = onp.array([len(ids) + 1 for ids in rows], "int32")
+            hyps = beam_search(self.model, np.array(src, ctx=self.ctx),
+                               np.array(src_len, ctx=self.ctx), self.cfg.beam_size,
+                               self.cfg.length_penalty, self.cfg.max_len_a, self.cfg.max_len_b,
+                               self.cfg.nbest, self.head_gates)
+            for j, h in zip(group, hyps):
+                results[j] = h
+        return results
+

@@ -1,0 +1,1 @@
+"""The machine: this CPU's instruction sets, devices, seeding."""

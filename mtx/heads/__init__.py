@@ -1,0 +1,1 @@
+"""The head study: importance scores, pruning experiments, learned gates."""

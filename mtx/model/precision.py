@@ -1,0 +1,48 @@
+"""bfloat16 or float16 matrix multiplies with weights kept in float32: the layers that apply a
+precision chosen elsewhere (`mtx.training.precision`).
+
+`Linear` and the output projection cast input, weight and bias to the compute dtype around the
+product and the product back to float32; parameters, optimizer state, LayerNorm, softmax and the
+loss stay float32. MXNet knows bfloat16 only as the dtype ``mxnet.contrib.amp.amp.bfloat16``.
+"""
+from mxnet.contrib.amp.amp import bfloat16
+from mxnet.gluon import nn
+from mxnet.util import use_np
+
+from ..config import PRECISIONS
+from .ops import legacy
+
+
+def fully_connected(F, x, weight, bias, num_hidden, compute_dtype):
+    """x (..., in) -> (..., num_hidden) float32; the product in ``compute_dtype``."""
+    if compute_dtype == "float32":
+        return F.npx.fully_connected(x, weight, bias, num_hidden=num_hidden, flatten=False,
+                                     no_bias=bias is None)
+    dtype = bfloat16 if compute_dtype == "bfloat16" else compute_dtype
+    args = [legacy(F, "amp_cast", a, dtype=dtype)  # amp_cast exists only in the legacy API
+            for a in (x, weight) + (() if bias is None else (bias,))]
+    out = F.npx.fully_connected(*args, num_hidden=num_hidden, flatten=False, no_bias=bias is None)
+    return legacy(F, "amp_cast", out, dtype="float32")
+
+
+@use_np
+class Linear(nn.Dense):
+    """`nn.Dense` (flatten=False) whose product can run in bfloat16 (`set_precision`)."""
+
+    compute_dtype = "float32"
+
+    def hybrid_forward(self, F, x, weight, bias=None):
+        out = fully_connected(F, x, weight, bias, self._units, self.compute_dtype)
+        return out if self.act is None else self.act(out)
+
+
+def set_precision(model, precision):
+    """Every `Linear` of ``model`` in ``precision``, one that `mtx.training.precision` chose or
+    checked for this machine; before a hybridized model's first forward."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision}: choose one of {', '.join(PRECISIONS)}")
+    model.apply(lambda block: setattr(block, "compute_dtype", precision)
+                if hasattr(type(block), "compute_dtype") else None)
+    return model
+
+
