@@ -198,15 +198,16 @@ def test_incremental_decoding_equals_full_forward(tiny_cfg, num_heads, pre_norm,
 
 @pytest.mark.parametrize("hybridize", [False, True])
 def test_bfloat16_matmuls_stay_close_and_train_float32_weights(tiny_cfg, hybridize):
+    import mxnet as mx
     from mxnet import autograd
     from mtx.model.precision import set_precision
-    from mtx.training.precision import bfloat16_unavailable
+    from mtx.training.precision import bfloat16_unavailable, check_device
     net = _model(tiny_cfg)
     src, src_len, tgt = _batch(tiny_cfg)
     reference = net(src, src_len, tgt).asnumpy()
-    if bfloat16_unavailable():  # an AVX2-only CPU, or oneDNN capped: one line, and no product
-        with pytest.raises(ConfigError, match="bfloat16 matrix products cannot run on this CPU"):
-            set_precision(net, "bfloat16")
+    if bfloat16_unavailable():  # an AVX2-only CPU, or oneDNN capped: the choice refuses it in
+        with pytest.raises(ConfigError, match="train.precision=bfloat16 cannot run on this CPU"):
+            check_device("bfloat16", [mx.cpu()])  # one line, before any model is set to it
         assert onp.array_equal(net(src, src_len, tgt).asnumpy(), reference)  # still float32
         return
     set_precision(net, "bfloat16")
