@@ -63,9 +63,14 @@ class Batcher:
         self._thread = threading.Thread(target=self._loop, name="mtx-model", daemon=True)
 
     def start(self):
-        """Start the thread; returns once ``on_start`` is done (raises what it raised)."""
+        """Start the thread; returns once ``on_start`` is done (raises what it raised, once the
+        thread has ended, so that `alive` says so)."""
         self._thread.start()
-        self._ready.result()
+        try:
+            self._ready.result()
+        except BaseException:
+            self._thread.join()  # it returns right after handing over the exception
+            raise
         return self
 
     def alive(self):
