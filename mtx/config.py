@@ -96,6 +96,7 @@ class DataConfig:
     vocab_size: int = 8000          # joint SentencePiece vocabulary
     # training pairs longer than this (in subwords) are skipped; its key is data.max_len
     max_pair_len: int = field(default=128, metadata={"key": "max_len"})
+    subword_dropout: float = 0.0    # BPE-dropout of the training split, resampled every epoch
     task: str = "reverse"           # the toy task's: one of TOY_TASKS
     num_symbols: int = 20
     min_len: int = 3
@@ -109,6 +110,9 @@ class DataConfig:
             raise ConfigError(f"data.vocab_size={self.vocab_size} is too small (at least 16)")
         if self.max_pair_len < 1:
             raise ConfigError(f"data.max_len={self.max_pair_len} must be at least 1")
+        if not 0.0 <= self.subword_dropout < 1.0 or (self.subword_dropout and self.name == "toy"):
+            raise ConfigError(f"data.subword_dropout={self.subword_dropout}: give a probability "
+                              f"in [0, 1) (0.1 is usual), for a SentencePiece corpus (not toy)")
         if self.name == "toy":
             if self.task not in TOY_TASKS:
                 raise ConfigError(f"data.task={self.task}: the toy task is one of "

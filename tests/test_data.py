@@ -261,3 +261,37 @@ def test_the_final_report_scores_every_available_test_set(multi30k_dir, tmp_path
         assert text is None and f"{name}.en.gz is not in the Multi30k folder " in skipped
     toy = test_sets(corpus, DataConfig(name="toy"), tmp_path / "data")
     assert [name for name, _, _ in toy] == ["test_2016_flickr"]
+
+
+def _small_corpus(tmp_path):
+    from mtx.data.corpus import Corpus
+    src = [f"the {w} dog runs fast across the green meadow" for w in ("black", "brown", "white")] * 20
+    tgt = [f"der {w} Hund rennt schnell über die grüne Wiese" for w in ("schwarze", "braune", "weiße")] * 20
+    tokenizer = SentencePieceTokenizer(train_sentencepiece(src + tgt, 60, tmp_path))
+    return Corpus({"train": (src, tgt)}, {"train": (tokenizer.encode(src), tokenizer.encode(tgt))},
+                  tokenizer)
+
+
+def test_subword_dropout_resegments_the_same_pairs_by_seed(tmp_path):
+    corpus = _small_corpus(tmp_path)
+    usual_src, usual_tgt = corpus.train_pairs(128)
+    first = corpus.resampled_train_pairs(128, 0.3, seed=7)
+    assert first == corpus.resampled_train_pairs(128, 0.3, seed=7)   # a resumed epoch's
+    second = corpus.resampled_train_pairs(128, 0.3, seed=8)
+    assert second != first
+    for src, tgt in (first, second):   # the same sentences, in the same order, cut differently
+        assert corpus.tokenizer.decode(src) == corpus.tokenizer.decode(usual_src)
+        assert corpus.tokenizer.decode(tgt) == corpus.tokenizer.decode(usual_tgt)
+        assert sum(map(len, src)) > sum(map(len, usual_src))
+    assert corpus.train_pairs(128) == (usual_src, usual_tgt)           # validation's stays
+    longest = max(len(s) for s in usual_src + usual_tgt) + 1
+    capped_src, capped_tgt = corpus.resampled_train_pairs(longest, 0.5, seed=7)
+    assert max(len(s) for s in capped_src + capped_tgt) < longest      # too long: the usual cut
+
+
+@pytest.mark.parametrize("settings", [{"subword_dropout": 1.0}, {"subword_dropout": -0.1},
+                                      {"subword_dropout": 0.1, "name": "toy"}])
+def test_subword_dropout_outside_its_range_or_on_the_toy_task_is_refused(settings):
+    from mtx.config import DataConfig
+    with pytest.raises(ConfigError, match="data.subword_dropout=.*give a probability in"):
+        DataConfig(**settings)

@@ -32,13 +32,32 @@ class Corpus:
         """Training ids without pairs longer than ``max_pair_len`` subwords on either side (with
         their EOS); ConfigError when that leaves none."""
         src, tgt = self.ids["train"]
+        keep = self._kept_pairs(max_pair_len)
+        return [src[i] for i in keep], [tgt[i] for i in keep]
+
+    def resampled_train_pairs(self, max_pair_len, subword_dropout, seed):
+        """`train_pairs` segmented anew with BPE-dropout (each merge skipped with probability
+        ``subword_dropout``; the same ``seed`` gives the same segmentation). The pairs and their
+        order are `train_pairs`'; a pair whose new segmentation is too long keeps its usual one."""
+        keep = self._kept_pairs(max_pair_len)
+        text_src, text_tgt = self.text["train"]
+        src = self.tokenizer.encode_sampled([text_src[i] for i in keep], subword_dropout, seed)
+        tgt = self.tokenizer.encode_sampled([text_tgt[i] for i in keep], subword_dropout, seed + 1)
+        usual_src, usual_tgt = self.ids["train"]
+        for row, i in enumerate(keep):
+            if len(src[row]) >= max_pair_len or len(tgt[row]) >= max_pair_len:
+                src[row], tgt[row] = usual_src[i], usual_tgt[i]
+        return src, tgt
+
+    def _kept_pairs(self, max_pair_len):
+        src, tgt = self.ids["train"]
         keep = [i for i in range(len(src))
                 if len(src[i]) < max_pair_len and len(tgt[i]) < max_pair_len]
         if not keep:
             shortest = min(max(len(s), len(t)) for s, t in zip(src, tgt)) + 1
             raise ConfigError(f"data.max_len={max_pair_len} leaves no training pair (the "
                               f"shortest pair needs {shortest}): raise data.max_len")
-        return [src[i] for i in keep], [tgt[i] for i in keep]
+        return keep
 
 
 def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):

@@ -38,6 +38,15 @@ class SentencePieceTokenizer:
     def encode(self, lines):
         return self._sp.encode(list(lines))
 
+    def encode_sampled(self, lines, dropout, seed):
+        """``lines`` segmented with BPE-dropout (Provilkov et al. 2020): each merge is skipped
+        with probability ``dropout``; the same ``seed`` gives the same ids (one thread, seeded
+        generator)."""
+        import sentencepiece as spm
+        spm.set_random_generator_seed(seed % 2 ** 31)
+        return self._sp.encode(list(lines), enable_sampling=True, alpha=dropout, nbest_size=-1,
+                               num_threads=1)
+
     def decode(self, ids_list):
         return [self._sp.decode(list(ids)) for ids in ids_list]
 

@@ -30,9 +30,11 @@ class Fit:
     """Trains ``pieces`` (`build.Pieces`) on ``corpus`` into the `RunDir` ``run`` (written by
     the chief worker only); ``state`` is everything resume needs."""
 
-    def __init__(self, pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed):
-        """``train_pairs``: (source ids, target ids) of the training split to train on."""
-        self.pieces, self.corpus = pieces, corpus
+    def __init__(self, pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed,
+                 resegment=None):
+        """``train_pairs``: (source ids, target ids) of the training split to train on;
+        ``resegment``: None, or seed -> the same pairs segmented anew for an epoch."""
+        self.pieces, self.corpus, self.resegment = pieces, corpus, resegment
         self.train_cfg, self.decode_cfg = train_cfg, decode_cfg
         self.run_dir, self.parallel, self.seed = run, parallel, seed
         self.state = TrainState()
@@ -57,8 +59,9 @@ class Fit:
     def train_epoch(self):
         """The rest of the current epoch; False when the wall-clock budget cut it short."""
         state, cfg, parallel, finished = self.state, self.train_cfg, self.parallel, False
-        batches = bucket_batches(self.train_src, self.train_tgt, cfg.batch_tokens, shuffle=True,
-                                 seed=epoch_seed(self.seed, state.epoch))
+        seed = epoch_seed(self.seed, state.epoch)
+        src, tgt = self.resegment(seed) if self.resegment else (self.train_src, self.train_tgt)
+        batches = bucket_batches(src, tgt, cfg.batch_tokens, shuffle=True, seed=seed)
         records = self.run_dir.records if parallel.is_chief else None
         with EpochLog(state, cfg, self.clock, records, len(batches), self.seed) as epoch_log:
             spent = lambda: budget_spent(cfg, state, self.clock, parallel, len(batches))

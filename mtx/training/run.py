@@ -2,6 +2,7 @@
 checkpoint choice and the test scores (report.json)."""
 import contextlib
 import dataclasses
+import functools
 import logging
 
 from ..data.corpus import (
@@ -99,7 +100,8 @@ def _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data
                                                  seed, config_yaml, False)
         precision = choose_precision(train_cfg.precision, ctxs, run.recorded_precision())
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore, precision)
-    fit = Fit(pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed)
+    fit = Fit(pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed,
+              resegmenter(corpus, data_cfg))
     restored = train_cfg.resume and fit.restore()
     if train_cfg.resume and not restored:
         log.warning("train.resume=true but %s has no checkpoint yet: a new run starts there "
@@ -153,4 +155,12 @@ def new_fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctxs, s
     parallel = DataParallel(ctxs, train_cfg.kvstore)
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore)
     return Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_pair_len), train_cfg, decode_cfg,
-               run, parallel, seed)
+               run, parallel, seed, resegmenter(corpus, data_cfg))
+
+
+def resegmenter(corpus, data_cfg):
+    """seed -> the training pairs under `data.subword_dropout`, or None when it is 0."""
+    if not data_cfg.subword_dropout:
+        return None
+    return functools.partial(corpus.resampled_train_pairs, data_cfg.max_pair_len,
+                             data_cfg.subword_dropout)
