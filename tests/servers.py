@@ -16,10 +16,10 @@ MTX_SERVE = str(Path(sys.executable).parent / "mtx-serve")
 TOY_DECODE = "decode.length_penalty=1.0"
 
 
-def start_server(run_dir, *overrides):
+def start_server(run_dir, *overrides, env=None):
     """``mtx-serve ckpt=<run_dir> port=0 <overrides>``, as a user starts it: a ServerProcess
     (``.url``, ``.log``, ``.stop()``) once it has logged its address."""
-    return ServerProcess([f"ckpt={run_dir}", TOY_DECODE, *overrides], argv=(MTX_SERVE,))
+    return ServerProcess([f"ckpt={run_dir}", TOY_DECODE, *overrides], argv=(MTX_SERVE,), env=env)
 
 
 def request(url, method, path, body=None, headers=None, chunked=False):

@@ -34,11 +34,16 @@ def with_token(headers=None):
     return {**(headers or {}), "Authorization": f"Bearer {TOKEN}"}
 
 
-def test_the_token_is_needed_everywhere_but_liveness(guarded):
+def test_the_token_is_needed_everywhere_but_liveness_and_the_static_page(guarded):
     url = guarded.url
-    assert get(url, "/health")[0] == 200
-    for method, path in (("GET", "/info"), ("GET", "/ready"), ("GET", "/"), ("GET", "/heads"),
-                         ("POST", "/translate")):
+    status, health, _ = get(url, "/health")
+    assert status == 200 and health == {"status": "ok"}  # no traffic counters without the token
+    status, health, _ = request(url, "GET", "/health", headers=with_token())
+    assert status == 200 and "queued" in health and "busy_seconds" in health
+    status, _, page = get(url, "/")
+    assert status == 200 and b'id="login"' in page
+    for method, path in (("GET", "/info"), ("GET", "/ready"), ("GET", "/heads"),
+                         ("POST", "/translate"), ("GET", "/openapi.json")):
         status, data, _ = request(url, method, path, {"text": ["w1"]} if method == "POST" else None)
         assert status == 401 and "needs its token" in data["error"], (path, status)
     status, data, _ = request(url, "GET", "/info", headers={"Authorization": "Bearer wrong"})
@@ -50,20 +55,32 @@ def test_the_token_is_needed_everywhere_but_liveness(guarded):
     assert status == 200 and out["translations"] == ["w3 w2 w1"]
 
 
-def test_the_page_signs_in_with_a_cookie_that_other_sites_cannot_send(guarded):
-    parts = urlparse(guarded.url)
+def _login(url, headers):
+    parts = urlparse(url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
-    connection.request("GET", f"/?token={TOKEN}")
+    connection.request("POST", "/login", headers=headers)
     response = connection.getresponse()
     response.read()
-    cookie = response.getheader("Set-Cookie")
-    assert response.status == 303 and response.getheader("Location") == "/"
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    connection.request("GET", "/", headers={"Cookie": cookie.split(";")[0]})
-    page = connection.getresponse()
-    assert page.status == 200 and b"<script>" in page.read()
     connection.close()
-    assert request(guarded.url, "GET", "/?token=wrong")[0] == 401
+    return response.status, response.getheader("Set-Cookie")
+
+
+def test_the_page_signs_in_with_the_token_in_a_header_for_an_expiring_cookie(guarded):
+    status, cookie = _login(guarded.url, with_token())
+    assert status == 200 and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "Max-Age=43200" in cookie and "Secure" not in cookie  # plain HTTP
+    assert TOKEN not in cookie  # the cookie holds an expiry and its signature
+    session = {"Cookie": cookie.split(";")[0]}
+    assert request(guarded.url, "GET", "/info", headers=session)[0] == 200
+    forged = {"Cookie": "mtx_session=99999999999." + "0" * 64}
+    assert request(guarded.url, "GET", "/info", headers=forged)[0] == 401
+    # behind an HTTPS proxy on this machine (X-Forwarded-Proto from a trusted address): Secure
+    status, cookie = _login(guarded.url, with_token({"X-Forwarded-Proto": "https"}))
+    assert status == 200 and "; Secure" in cookie
+    assert _login(guarded.url, {"Authorization": "Bearer wrong"})[0] == 401
+    status, _, _ = request(guarded.url, "GET", f"/?token={TOKEN}")  # a URL carries no token
+    assert status == 200
+    assert request(guarded.url, "GET", f"/info?token={TOKEN}")[0] == 401
 
 
 def test_only_the_allowed_host_names_are_answered(guarded):
@@ -71,6 +88,7 @@ def test_only_the_allowed_host_names_are_answered(guarded):
     status, data, _ = request(guarded.url, "GET", "/health",
                               headers={"Host": f"rebound.example:{port}"})
     assert status == 421 and "rebound.example" in data["error"]
+    assert "127.0.0.1" not in data["error"]  # the hosts it serves are not listed
     for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
         assert request(guarded.url, "GET", "/health", headers={"Host": host})[0] == 200
 
@@ -135,7 +153,8 @@ def test_a_second_signal_exits_at_once(toy_run):
     process = start_server(toy_run, "limits.body_seconds=600", "shutdown_seconds=600")
     parts = urlparse(process.url)
     with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
-        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50\r\n\r\n{")
+        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50\r\n"
+                     b"Content-Type: application/json\r\n\r\n{")
         time.sleep(0.5)  # the request is in (its body has begun)
         process.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 60
@@ -209,7 +228,7 @@ def test_not_ready_while_the_queue_is_full_and_after_the_model_thread_died():
     engine.release.set()
     assert [f.result(60) for f in futures] == [0, 1, 2]
     service.stop(60)
-    assert service.not_ready() == "stopping"
+    assert service.not_ready() == "the server is shutting down"
 
     dead = _service(_Engine(RuntimeError("no memory for the model")))
     with pytest.raises(RuntimeError, match="no memory"):

@@ -196,3 +196,42 @@ def test_the_queue_counts_work_not_only_requests():
     assert [f.result(TIMEOUT) for f in queued] == [4]
     assert b.jobs.queued_tokens() == 0
     b.stop(TIMEOUT)
+
+
+def test_an_abandoned_job_leaves_the_queue_s_limits_at_once():
+    model = Model()
+    b = batcher(model, max_queue=3, max_queue_tokens=30)
+
+    def fill_then_abandon():
+        waiting = [b.jobs.submit_parts("k", [(2, 10), (3, 5)]), b.jobs.submit("k", 4, 10)]
+        with pytest.raises(Busy):
+            b.jobs.submit("k", 5, 10)  # 1 + 25 waiting: 10 more is over 30
+        waiting[0].abandon()  # before the model thread reaches it
+        assert b.jobs.queued_tokens() == 1 + 10 and b.jobs.queued() == 1
+        with pytest.raises(Abandoned):
+            waiting[0].result(0)  # answered at once
+        return waiting + [b.jobs.submit("k", 5, 10)]  # room again
+    first, more = while_busy(model, b, fill_then_abandon)
+    assert first.result(TIMEOUT) == 2 and [f.result(TIMEOUT) for f in more[1:]] == [8, 10]
+    assert all(call[1] != [2] for call in model.calls[1:])  # the abandoned job never ran
+    assert b.jobs.stats.abandoned == 1 and b.jobs.queued_tokens() == 0
+    b.stop(TIMEOUT)
+
+
+def test_one_client_holds_at_most_its_share_of_the_queue():
+    model = Model()
+    b = Batcher(JobQueue(4, 100, client_share=0.5), model, max_wait=0.0,
+                max_batch_tokens=100).start()
+
+    def submit_from_two_clients():
+        mine = [b.jobs.submit_parts("k", [(p, 1)], client="10.0.0.1") for p in (2, 3)]
+        with pytest.raises(Busy, match="limits.client_share"):
+            b.jobs.submit_parts("k", [(4, 1)], client="10.0.0.1")  # its 2 of 4
+        theirs = b.jobs.submit_parts("k", [(5, 1)], client="10.0.0.2")  # another's room
+        with pytest.raises(Busy, match="its share"):  # work: 50 of 100 each
+            b.jobs.submit_parts("k", [(6, 60)], client="10.0.0.2")
+        return mine + [theirs]
+    _, futures = while_busy(model, b, submit_from_two_clients)
+    assert [f.result(TIMEOUT) for f in futures] == [[4], [6], [10]]
+    assert b.jobs.submit_parts("k", [(7, 1)], client="10.0.0.1").result(TIMEOUT) == [14]
+    b.stop(TIMEOUT)

@@ -1,5 +1,5 @@
 """What a request to mtx-serve may hold (mtx/serving/bodies.py) and how a run's head study is
-read for the page (mtx/serving/study.py): each problem named in one line."""
+read for the page (mtx/heads/files.py): each problem named in one line."""
 import dataclasses
 import json
 import re
@@ -20,7 +20,7 @@ from mtx.serving.bodies import (AttentionBody, Limits, RequestError, TranslateBo
                                 settings, validation_message)
 from mtx.serving.server import bind  # noqa: E402
 from mtx.serving.service import Batching  # noqa: E402
-from mtx.serving.study import head_study  # noqa: E402
+from mtx.heads.files import head_study  # noqa: E402
 from mtx.data.vocab import WordTokenizer  # noqa: E402
 
 # 1 encoder and 1 decoder layer: rows enc0 self, dec0 self, dec0 cross; 2 heads each
@@ -50,7 +50,7 @@ def test_defaults_come_from_the_decode_config_and_all_ones_gates_are_no_gates():
 @pytest.mark.parametrize("fields, message", [
     ({"beam_size": 0}, "beam_size=0: give 1 to 8"),
     ({"beam_size": 9}, "beam_size=9: give 1 to 8"),
-    ({"nbest": 5}, r"nbest=5: give 1 to beam_size \(4\)"),
+    ({"nbest": 5}, r"nbest=5 must be between 1 and beam_size"),
     ({"length_penalty": float("nan")}, "length_penalty=nan"),
     ({"length_penalty": -1.0}, "length_penalty=-1.0"),
     ({"gates": [[1, 1]] * 2}, r"gates has 2 rows; this model has 3 attention layers \(enc0 self, "

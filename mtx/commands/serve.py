@@ -66,7 +66,7 @@ def checkpoint_info(cfg):
 def serve(cfg):
     """Load the run ``cfg.ckpt``, warm it up, and serve it on ``cfg.host``:``cfg.port``."""
     check_serving_installed()
-    from ..serving.access import Access
+    from ..serving.access import Access, check_bind
     from ..serving.bodies import Limits, check_decode_defaults
     from ..serving.server import bind, serve as run_server
     from ..serving.service import Batching, build_service
@@ -76,6 +76,7 @@ def serve(cfg):
     check_decode_defaults(decode_cfg, limits)
     batching = section(cfg, "batching", Batching)
     access = section(cfg, "access", Access)
+    check_bind(cfg.host, access)
     sock = bind(cfg.host, cfg.port)
     use_numpy_interface()
     model, tokenizer, data_cfg = load_decoder(cfg.ckpt, ctx, cfg.checkpoint)

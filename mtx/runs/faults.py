@@ -1,11 +1,13 @@
 """Fault injection for the crash tests: ``MTX_KILL_AT=<point>:<n>[:<SIGNAL>]`` sends this
-process SIGKILL (or the signal named, e.g. SIGTERM) the n-th time it reaches `point(<point>)`.
+process SIGKILL (or the signal named, e.g. SIGTERM; RAISE: raises `InjectedFault` in the thread
+instead) the n-th time it reaches `point(<point>)`.
 Points: ``step`` (after a training step is queued), ``checkpoint`` (a checkpoint's data files
 written, its manifest not yet), ``epoch_end`` (an epoch's checkpoints written, the resume point
 `latest` not yet), ``evaluation`` (inside an evaluation on val: at an epoch's end, then those of
 the final checkpoint choice), ``final_translation`` (before translating each test set at the
 end), ``export_staged`` (a new export whole beside ``output=``, not yet in its place),
-``export_replaced`` (in its place, the earlier export not yet deleted). Unset, a point costs one
+``export_replaced`` (in its place, the earlier export not yet deleted), ``model_round`` (each
+round of mtx-serve's model thread). Unset, a point costs one
 dictionary lookup."""
 import os
 import signal
@@ -23,4 +25,10 @@ def point(name):
     count, _, signal_name = rest.partition(":")
     _arrivals[name] = _arrivals.get(name, 0) + 1
     if _arrivals[name] == int(count or 1):
+        if signal_name == "RAISE":  # an error in the thread that reached the point
+            raise InjectedFault(f"MTX_KILL_AT={target}")
         os.kill(os.getpid(), signal.Signals[signal_name or "SIGKILL"])
+
+
+class InjectedFault(RuntimeError):
+    """What ``MTX_KILL_AT=<point>:<n>:RAISE`` raises at the point."""

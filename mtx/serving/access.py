@@ -3,28 +3,37 @@
 - The Host header: answered only for the names in ``allowed_hosts`` (by default the loopback
   names and the address the server listens on), so a web page cannot reach a loopback server
   through DNS rebinding (its requests carry the attacker's host name). A server on every address
-  (0.0.0.0, ::) without ``access.allowed_hosts`` answers any Host.
+  (0.0.0.0, ::) without ``access.allowed_hosts`` answers any Host: it needs a token, and starts
+  without one only when ``access.open_without_token=true`` says so (`check_bind`).
 - A bearer token (``access.token``, or the ``MTX_SERVE_TOKEN`` environment variable): when set,
-  every route but liveness (GET /health) needs ``Authorization: Bearer <token>`` or the cookie
-  the page gets from ``GET /?token=<token>`` (HttpOnly, SameSite=Strict: other sites' pages
-  cannot send it).
+  every route but liveness (GET /health) and the page itself (GET /, static) needs
+  ``Authorization: Bearer <token>`` or the page's session cookie. The page gets that cookie from
+  ``POST /login`` with the token in the Authorization header (never in a URL, where proxies and
+  browser history keep it): HttpOnly, SameSite=Strict (other sites' pages cannot send it), an
+  expiry of `SESSION_SECONDS`, and ``Secure`` when the request came over HTTPS. The cookie holds
+  an expiry and its HMAC under the token, not the token.
+- Without the token, /health says only whether the service is alive (no traffic counters).
 - Every answer: ``X-Content-Type-Options: nosniff``, ``Referrer-Policy: no-referrer``,
   ``X-Frame-Options: DENY``.
 """
+import hashlib
 import hmac
 import ipaddress
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import List, Optional
-from urllib.parse import parse_qs
 
 from ..errors import ConfigError
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 EVERY_ADDRESS = ("0.0.0.0", "::", "")
-PUBLIC_PATHS = ("/health",)  # liveness: answered without the token
-COOKIE = "mtx_token"
+PUBLIC_PATHS = ("/health", "/")  # liveness and the static page: answered without the token
+LOGIN_PATH = "/login"
+COOKIE = "mtx_session"
+SESSION_SECONDS = 12 * 3600
+AUTHORIZED = "mtx.authorized"  # scope key: the request carries the token (or none is needed)
 MIN_TOKEN_CHARS = 16
 SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
                     (b"x-frame-options", b"DENY")]
@@ -35,6 +44,7 @@ class Access:
     """conf/serve.yaml ``access``."""
     token: Optional[str] = None               # None: no token asked for
     allowed_hosts: Optional[List[str]] = None  # None: loopback names and the listening address
+    open_without_token: bool = False          # serve beyond loopback without a token (say so)
 
     def __post_init__(self):
         if self.token is not None and not re.fullmatch(r"[A-Za-z0-9._~+/=-]+", self.token):
@@ -57,6 +67,14 @@ class Access:
         return {*LOOPBACK_NAMES, host_name(listen_host)}
 
 
+def check_bind(host, access):
+    """A server reachable from other machines needs a token, unless the operator says so."""
+    if not is_loopback(host) and not access.token and not access.open_without_token:
+        raise ConfigError(f"host={host} is reachable from other machines and no token is set: "
+                          f"set MTX_SERVE_TOKEN (or access.token), serve on 127.0.0.1 behind a "
+                          f"proxy, or allow it with access.open_without_token=true")
+
+
 def is_loopback(host):
     """Whether ``host`` (an address or name) is this machine's loopback."""
     if host == "localhost":
@@ -76,9 +94,9 @@ def host_name(header):
     return name if colon and port.isdigit() and ":" not in name else header
 
 
-def _json(status, message, headers=()):
-    """An ASGI answer: ``{"error": message}`` with ``status``."""
-    body = json.dumps({"error": message}).encode()
+def json_answer(status, message, headers=()):
+    """An ASGI answer: ``{"error": message}`` (or ``message`` itself, a dict) with ``status``."""
+    body = json.dumps(message if isinstance(message, dict) else {"error": message}).encode()
 
     async def respond(send):
         await send({"type": "http.response.start", "status": status, "headers": [
@@ -101,36 +119,45 @@ class AccessCheck:
         headers = dict(scope["headers"])
         host = headers.get(b"host", b"").decode("latin-1")
         if self.hosts is not None and host_name(host) not in self.hosts:
-            return await _json(421, f"Host {host!r} is not served here: use one of "
-                                    f"{', '.join(sorted(self.hosts))}, or add it to "
-                                    f"access.allowed_hosts")(send)
-        if self.token and scope["path"] not in PUBLIC_PATHS:
-            refused = self._refusal(scope, headers)
-            if refused:
-                return await refused(send)
+            return await json_answer(421, f"Host {host[:100]!r} is not served here: add it to "
+                                          f"access.allowed_hosts")(send)
+        authorized = not self.token or self._carries_token(headers)
+        if scope["path"] == LOGIN_PATH and scope["method"] == "POST" and self.token:
+            return await self._login(scope, headers)(send)
+        if not authorized and scope["path"] not in PUBLIC_PATHS:
+            return await json_answer(401, "this server needs its token: send Authorization: "
+                                          "Bearer <token> (the page asks for it)",
+                                     [(b"www-authenticate", b'Bearer realm="mtx-serve"')])(send)
+        scope[AUTHORIZED] = authorized
 
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []),
-                                                  *SECURITY_HEADERS]}
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                message = {**message, "headers": headers + [
+                    header for header in SECURITY_HEADERS if header[0] not in present]}
             await send(message)
         await self.app(scope, receive, send_with_headers)
 
-    def _refusal(self, scope, headers):
-        """None when the request carries the token; else the answer (401, or the page's
-        redirect that sets the cookie)."""
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        if scope["path"] == "/" and "token" in query:
-            if self._matches(query["token"][0]):
-                cookie = (f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/").encode()
-                return _json(303, "signed in; the page is at /",
-                             [(b"location", b"/"), (b"set-cookie", cookie)])
-            return _json(401, "the token is wrong")
-        if self._matches(bearer(headers) or cookie_token(headers)):
-            return None
-        return _json(401, "this server needs its token: send Authorization: Bearer <token> "
-                          "(the page: open /?token=<token>)",
-                     [(b"www-authenticate", b'Bearer realm="mtx-serve"')])
+    def _login(self, scope, headers):
+        """POST /login with the token in the Authorization header -> the session cookie."""
+        if not self._matches(bearer(headers)):
+            return json_answer(401, "the token is wrong: send Authorization: Bearer <token>")
+        expires = int(time.time()) + SESSION_SECONDS
+        secure = "; Secure" if scope.get("scheme") == "https" else ""
+        cookie = (f"{COOKIE}={expires}.{self._sign(expires)}; HttpOnly; SameSite=Strict; "
+                  f"Path=/; Max-Age={SESSION_SECONDS}{secure}").encode()
+        return json_answer(200, {"signed_in": True, "seconds": SESSION_SECONDS}, [(b"set-cookie", cookie)])
+
+    def _carries_token(self, headers):
+        if self._matches(bearer(headers)):
+            return True
+        expires, _, signature = (cookie_value(headers) or "").partition(".")
+        return (expires.isdigit() and int(expires) > time.time()
+                and hmac.compare_digest(signature.encode(), self._sign(int(expires)).encode()))
+
+    def _sign(self, expires):
+        return hmac.new(self.token.encode(), b"session:%d" % expires, hashlib.sha256).hexdigest()
 
     def _matches(self, given):
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
@@ -142,8 +169,8 @@ def bearer(headers):
     return value.strip() if scheme.lower() == "bearer" else None
 
 
-def cookie_token(headers):
-    """The token of the page's cookie, or None."""
+def cookie_value(headers):
+    """The value of the page's session cookie, or None."""
     for part in headers.get(b"cookie", b"").decode("latin-1").split(";"):
         name, _, value = part.strip().partition("=")
         if name == COOKIE:

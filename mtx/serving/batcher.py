@@ -9,6 +9,11 @@ model is busy wait in the queue, so under load each model call serves many of th
 where the throughput comes from; and a request of many parts shares every round with those that
 came after it instead of holding the model to itself. No MXNet here: ``run_batch`` does the
 model's work.
+
+The thread is watched: a failed batch answers its jobs with the error and the thread goes on,
+but anything else that ends it (a bug in the loop, an error outside a batch) is logged, recorded
+in ``died`` and refuses every job queued or running (mtx-serve then stops and exits non-zero,
+for its supervisor to restart it).
 """
 import concurrent.futures
 import logging
@@ -16,6 +21,7 @@ import threading
 import time
 from typing import Callable, Optional
 
+from ..runs import faults
 from .jobs import JobQueue
 
 log = logging.getLogger(__name__)
@@ -58,6 +64,7 @@ class Batcher:
         self.jobs, self.run_batch = jobs, run_batch
         self.max_wait, self.max_batch_tokens = max_wait, max_batch_tokens
         self.on_start = on_start  # called first in the model thread (warm-up, thread state)
+        self.died = None          # that exception, once the thread has died
         self._aborting = False
         self._ready = concurrent.futures.Future()  # on_start done (or its exception)
         self._thread = threading.Thread(target=self._loop, name="mtx-model", daemon=True)
@@ -95,12 +102,23 @@ class Batcher:
             self._ready.set_exception(err)
             return
         self._ready.set_result(None)
+        try:
+            self._serve()
+        except BaseException as err:  # noqa: BLE001 (the thread's end is reported, not lost)
+            self.died = err
+            log.critical("the model thread died (%s: %s): refusing all work; the server stops",
+                         type(err).__name__, err, exc_info=True)
+            self.jobs.close()
+            self.jobs.refuse(active_too=True)
+
+    def _serve(self):
         jobs = self.jobs
         while not self._aborting:
             if not jobs.active:
                 if jobs.stop_taken:
                     return
                 jobs.take()
+            faults.point("model_round")
             self._gather()
             for key, group in by_key(take_turns(jobs.active, self.max_batch_tokens)).items():
                 self._run(key, group)

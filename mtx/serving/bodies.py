@@ -12,9 +12,11 @@ from typing import List, Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from ..config import MAX_LENGTH_PENALTY
 from ..errors import ConfigError
 from .engine import Settings
+
+
+SETTING_DECIMALS = 2  # length_penalty and gates are rounded to this (`settings`)
 
 
 class RequestError(ValueError):
@@ -36,15 +38,27 @@ class Limits:
     max_beam_size: int = 16
     max_queue: int = 256         # requests waiting for the model; more are refused (503)
     max_attention_subwords: int = 128  # a /attention sentence: its weights grow with its square
+    max_attention_bytes: int = 8_000_000  # a /attention answer at most (`attention_bytes`)
     max_sentence_subwords: Optional[int] = None  # None: the run's data.max_len (`for_run`)
     max_request_work: int = 8192  # source subwords x beam in one request
-    max_connections: int = 64    # open connections; more are refused (503)
+    max_connections: int = 128   # open connections (the longest idle closed for a newcomer),
+                                 # and requests at once (more: 503; /health and /ready always)
+    head_seconds: float = 10.0   # a request line and headers must arrive within this (from the
+                                 # connection's start or its last answer), however they trickle
+    keepalive_seconds: float = 5.0  # an idle connection after an answer is closed after this
+    max_header_bytes: int = 16384   # request line and headers; more: 400
     body_seconds: float = 10.0   # a request body must arrive within this many seconds
     request_seconds: float = 30.0  # a request's answer: past this, 504 and its work is dropped
     max_queue_work: int = 65536  # work waiting for the model; more is refused (503)
+    client_share: float = 0.5    # of the queue's requests and work, one client address at most
 
     def __post_init__(self):
+        if not (isinstance(self.client_share, (int, float)) and 0 < self.client_share <= 1):
+            raise ConfigError(f"limits.client_share={self.client_share}: give a fraction of the "
+                              f"queue above 0, at most 1 (1: no per-client limit)")
         for key, value in vars(self).items():
+            if key == "client_share":
+                continue
             if key.endswith("_seconds"):
                 if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                     raise ConfigError(f"limits.{key}={value}: give a number of seconds above 0")
@@ -103,20 +117,22 @@ class AttentionBody(_Decoding):
 
 
 def settings(body, limits, decode_cfg, model_cfg):
-    """A checked body -> `Settings` (the server's decode defaults where the body has none)."""
+    """A checked body -> `Settings` (the server's decode defaults where the body has none).
+    The decoding values are checked by `DecodeConfig`, as on the command line; the server
+    adds its own limit of the beam."""
     beam = decode_cfg.beam_size if body.beam_size is None else body.beam_size
     if not 1 <= beam <= limits.max_beam_size:
         raise RequestError(f"beam_size={beam}: give 1 to {limits.max_beam_size}")
     alpha = decode_cfg.length_penalty if body.length_penalty is None else body.length_penalty
-    if not (math.isfinite(alpha) and 0 <= alpha <= MAX_LENGTH_PENALTY):
-        raise RequestError(f"length_penalty={alpha}: give a number from 0 to "
-                           f"{MAX_LENGTH_PENALTY}")
     nbest = getattr(body, "nbest", 1)
-    if nbest is None:
-        nbest = min(decode_cfg.nbest, beam)
-    if not 1 <= nbest <= beam:
-        raise RequestError(f"nbest={nbest}: give 1 to beam_size ({beam})")
-    return Settings(beam, float(alpha), nbest, check_gates(body.gates, model_cfg))
+    try:
+        checked = dataclasses.replace(decode_cfg, beam_size=beam, length_penalty=alpha,
+                                      nbest=min(decode_cfg.nbest, beam) if nbest is None else nbest)
+    except ConfigError as err:  # named as the request's fields, not decode.*
+        raise RequestError(str(err).replace("decode.", "")) from None
+    # rounded: requests with equal settings share a model call, and 1.5 and 1.5000001 are equal
+    return Settings(beam, round(float(checked.length_penalty), SETTING_DECIMALS), checked.nbest,
+                    check_gates(body.gates, model_cfg))
 
 
 def check_gates(gates, model_cfg):
@@ -140,9 +156,8 @@ def check_gates(gates, model_cfg):
             if not (math.isfinite(value) and 0 <= value <= 1):
                 raise RequestError(f"gates[{a}][{h}]={value}: give a number from 0 (head off) "
                                    f"to 1 (head on)")
-    if all(value == 1 for row in gates for value in row):
-        return None
-    return tuple(tuple(float(v) for v in row) for row in gates)
+    rounded = tuple(tuple(round(float(v), SETTING_DECIMALS) for v in row) for row in gates)
+    return None if all(value == 1 for row in rounded for value in row) else rounded
 
 
 def sentence_ids(engine, lines, limits):
@@ -185,7 +200,7 @@ def validation_message(errors):
             continue
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}"
                         for p in err.get("loc", ()) if p != "body").lstrip(".")
-        if not where and err.get("type") in ("model_attributes_type", "dict_type"):
+        if not where and err.get("type") in ("model_attributes_type", "dict_type", "model_type"):
             parts.append("the body must be a JSON object, sent with Content-Type: "
                          "application/json")
             continue

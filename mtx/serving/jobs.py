@@ -5,7 +5,8 @@ decoding settings and head gates) and one or more parts, each a payload and its 
 (mtx-serve counts work: source subwords times the beam). `JobQueue` admits jobs within its limits
 (requests and tokens of work waiting), keeps the ones the model thread has taken and answers
 each: with its result, with the exception its batch raised, with `Abandoned` when its caller gave
-up (``future.abandon()``: its parts not yet run are dropped), or with `Stopping` when it was not
+up (``future.abandon()``: its parts not yet run are dropped, and its count and work leave the
+queue's limits at once, not when the model thread reaches it), or with `Stopping` when it was not
 run because the queue was stopped. A caller that cancelled its future before the job started is
 skipped. No MXNet here.
 """
@@ -16,9 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Hashable, List, Optional, Tuple
 
-
-class Busy(RuntimeError):
-    """The queue is full; the request should be tried again later."""
+from .ledger import Busy, Ledger  # noqa: F401  Busy: what submit raises, importable here
 
 
 class Stopping(RuntimeError):
@@ -40,6 +39,13 @@ class Stats:
     busy_seconds: float = 0.0  # time spent in run_batch calls
     running_since: Optional[float] = None  # time.monotonic() the running batch started at
 
+    def model_seconds(self, jobs):
+        """The expected model time of ``jobs`` jobs (the mean model time of an answered job so
+        far; 1 s without one), as whole seconds from 1 to 60: a refused client's Retry-After."""
+        done = self.jobs + self.failed
+        per_job = (self.busy_seconds / done if done else 0.0) or 1.0
+        return max(1, min(60, math.ceil(per_job * jobs)))
+
 
 @dataclass
 class Job:
@@ -48,9 +54,11 @@ class Job:
     key: Hashable          # jobs with equal keys share one ``run_batch`` call
     parts: List[Tuple[Any, int]]  # (payload, tokens counted against ``max_batch_tokens``)
     single: bool = True
+    client: Optional[Hashable] = None  # who sent it (an address), for the per-client share
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     results: List[Any] = field(default_factory=list)
     abandoned: bool = False
+    released: bool = False  # its count and work no longer count against the queue's limits
     error: Optional[BaseException] = None  # what its batch raised
 
     @property
@@ -67,14 +75,10 @@ class Job:
         """Done, failed or abandoned: nothing more of it runs."""
         return self.error is not None or self.abandoned or len(self.results) == len(self.parts)
 
-    def abandon(self):
-        """The caller gave up: the parts not yet run are dropped (the one running finishes)."""
-        self.abandoned = True
-
     def answer(self, stats):
         """Give the future its result, or the job's error, or `Abandoned`; count it in
-        ``stats``. A cancelled future gets nothing."""
-        if self.future.cancelled():
+        ``stats``. A future already done (cancelled, or answered when abandoned) gets nothing."""
+        if self.future.done():
             return
         if self.error is not None:
             stats.failed += 1
@@ -90,91 +94,124 @@ class Job:
 _STOP = object()
 
 
-class JobQueue:
-    """Jobs waiting for the model thread and those it has taken (``active``, the thread's own).
-    It holds at most ``max_queue`` jobs and ``max_queue_tokens`` tokens of work left."""
+class _Inbox:
+    """The jobs submitted and not yet taken by the model thread, in order, then a stop marker
+    (unbounded: `JobQueue` enforces the limits, and closing never waits)."""
 
-    def __init__(self, max_queue: int, max_queue_tokens: Optional[int] = None):
-        self.max_queue, self.max_queue_tokens = max_queue, max_queue_tokens
+    def __init__(self):
+        self._queue = queue.Queue()
+
+    def put(self, item):
+        self._queue.put(item)
+
+    def get(self, timeout=None):
+        """The next job or `_STOP`; None when nothing came within ``timeout`` s."""
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def drain(self):
+        """Every job still in it (the stop marker left out)."""
+        jobs = []
+        while (item := self.get(timeout=0)) is not None:
+            if item is not _STOP:
+                jobs.append(item)
+        return jobs
+
+
+class JobQueue:
+    """Jobs waiting for the model thread and those it has taken (``active``, the thread's own),
+    within the limits of its `Ledger`."""
+
+    def __init__(self, max_queue: int, max_queue_tokens: Optional[int] = None,
+                 client_share: float = 1.0):
+        self.ledger = Ledger(max_queue, max_queue_tokens, client_share)
         self.stats = Stats()
         self.active = []  # jobs taken from the queue with parts left
-        self._queue = queue.Queue()  # unbounded: `submit` enforces the limits, `close` never waits
-        self._lock = threading.Lock()  # submit and close: no job lands behind the stop marker
-        self._stopping = False
-        self.stop_taken = False  # the model thread took the stop marker: nothing comes after it
-        self._waiting_tokens = 0  # work of the jobs submitted and not answered
-
-    @property
-    def stopping(self):
-        return self._stopping
+        self._queue = _Inbox()
+        self._lock = threading.Lock()  # the counts, and each future answered once
+        self.stopping, self.stop_taken = False, False  # closed; the model thread saw it
 
     def queued(self):
-        """Jobs waiting or partly done, less those in the batch running now."""
-        return self._queue.qsize() + len(self.active) - self.stats.running
+        """Jobs waiting or partly done (not abandoned), less those in the running batch."""
+        return max(0, self.ledger.jobs - self.stats.running)
 
     def queued_tokens(self):
-        return self._waiting_tokens
+        return self.ledger.tokens
 
     def retry_after(self):
-        """Seconds a refused client should wait: the queue's expected model time (the mean model
-        time of an answered job so far; 1 s without one), 1 to 60."""
-        done = self.stats.jobs + self.stats.failed
-        per_job = (self.stats.busy_seconds / done if done else 0.0) or 1.0
-        return max(1, min(60, math.ceil(per_job * (self.queued() + 1))))
+        """Seconds a refused client should wait (`Stats.model_seconds` of the queue)."""
+        return self.stats.model_seconds(self.queued() + 1)
 
     def submit(self, key, payload, tokens):
-        """Queue a one-part job -> its concurrent Future (with ``abandon()``). Raises Stopping
-        or Busy (the queue is full)."""
+        """Queue a one-part job -> its Future (with ``abandon()``); raises Stopping or Busy."""
         return self._submit(Job(key, [(payload, tokens)]))
 
-    def submit_parts(self, key, parts):
-        """Queue a job of parts [(payload, tokens)] -> its Future, whose result is the list of
-        the parts' results. Raises Stopping or Busy."""
-        return self._submit(Job(key, list(parts), single=False))
+    def submit_parts(self, key, parts, client=None):
+        """Queue a job of parts [(payload, tokens)] from ``client`` -> its Future (its result: the
+        parts' results, in order); raises Stopping or Busy."""
+        return self._submit(Job(key, list(parts), single=False, client=client))
 
     def _submit(self, job):
         tokens = job.tokens_left
         with self._lock:
-            if self._stopping:
+            if self.stopping:
                 raise Stopping("the server is shutting down")
-            if self.queued() >= self.max_queue:
-                raise Busy(f"{self.max_queue} requests are waiting already")
-            if self.max_queue_tokens and self._waiting_tokens + tokens > self.max_queue_tokens:
-                raise Busy(f"{self._waiting_tokens} subwords x beam of work are waiting already "
-                           f"(at most {self.max_queue_tokens})")
-            self._waiting_tokens += tokens
-            job.future.abandon = job.abandon
+            self.ledger.admit(job.client, tokens, running=self.stats.running)
+            job.future.abandon = lambda: self._abandon(job)
             self._queue.put(job)
         return job.future
+
+    def _abandon(self, job):
+        """The caller gave up: the parts not yet run are dropped (the one running finishes),
+        its count and work leave the queue now, and its future gets `Abandoned`."""
+        with self._lock:
+            if job.released:
+                return
+            job.abandoned = True
+            self._release(job)
+            self.stats.abandoned += 1
+            if not job.future.done():
+                job.future.set_exception(Abandoned("the request was given up"))
+
+    def _release(self, job):
+        """(under the lock) The job's count and remaining work leave the queue's limits."""
+        if not job.released:
+            job.released = True
+            self.ledger.release(job.client, job.tokens_left)
 
     def close(self):
         """Take no more jobs; the queued ones are still run. Does not wait."""
         with self._lock:
-            if not self._stopping:
-                self._stopping = True
+            if not self.stopping:
+                self.stopping = True
                 self._queue.put(_STOP)
 
     def take(self, timeout=None):
         """Make the next queued job active, waiting up to ``timeout`` s (None: until one comes);
         False when none came. Taking the stop marker sets ``stop_taken``."""
-        try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
+        item = self._queue.get(timeout)
+        if item is None:
             return False
         if item is _STOP:
             self.stop_taken = True
-        elif item.future.set_running_or_notify_cancel():
+            return True
+        with self._lock:  # not abandoned meanwhile (its future answered then)
+            started = not item.future.done() and item.future.set_running_or_notify_cancel()
+        if started:
             self.active.append(item)
         else:
-            self._settle(item)  # cancelled before it started
+            self._settle(item)  # cancelled or abandoned before it started
         return True
 
     def ran(self, jobs, results):
         """The next parts of ``jobs`` ran and gave ``results``."""
         with self._lock:
-            self._waiting_tokens -= sum(job.next_part[1] for job in jobs)
-        for job, result in zip(jobs, results):
-            job.results.append(result)
+            for job, result in zip(jobs, results):
+                if not job.released:
+                    self.ledger.ran(job.client, job.next_part[1])
+                job.results.append(result)
 
     def answer_finished(self):
         """Answer the active jobs that are over (done, failed or abandoned); keep the others."""
@@ -192,14 +229,7 @@ class JobQueue:
         refused = []
         if active_too:
             refused, self.active = self.active, []
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not _STOP:
-                refused.append(item)
-        for job in refused:
+        for job in refused + self._queue.drain():
             if not job.future.done() and (job.future.running()
                                           or job.future.set_running_or_notify_cancel()):
                 job.error = Stopping("the server stopped before this request ran")
@@ -207,6 +237,6 @@ class JobQueue:
 
     def _settle(self, job):
         """The job leaves the queue (with the work of its parts not run) and is answered."""
-        with self._lock:
-            self._waiting_tokens -= job.tokens_left
-        job.answer(self.stats)
+        with self._lock:  # answered under the lock: an abandon cannot answer it meanwhile
+            self._release(job)
+            job.answer(self.stats)

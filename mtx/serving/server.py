@@ -5,7 +5,12 @@ after that gets 503) while uvicorn stops accepting connections and waits up to
 ``shutdown_seconds`` for the requests in flight, which the model thread still answers; then
 it ends. Every request that got in is answered or refused, none is dropped. After a SIGTERM the
 command exits 0; after Ctrl-C it says "interrupted" and exits 130, as every mtx command does. A
-second signal exits at once (130 for Ctrl-C, 143 for SIGTERM), whatever is in flight.
+second signal exits at once (130 for Ctrl-C, 143 for SIGTERM), whatever is in flight. If the
+model thread dies, the server stops the same way and the command fails (exit 2), so that a
+supervisor restarts it.
+
+HTTP is uvicorn's h11 implementation, pinned (not httptools, whatever is installed), under the
+connection deadlines and limits of `mtx.serving.connections`.
 """
 import errno
 import logging
@@ -15,9 +20,10 @@ import socket
 
 import uvicorn
 
-from ..errors import ConfigError
-from .access import is_loopback
+from ..errors import ConfigError, MtxError
+from .access import check_bind
 from .app import create_app
+from .connections import protocol_class
 
 log = logging.getLogger("mtx.serve")
 BACKLOG = 2048  # uvicorn's default
@@ -33,6 +39,13 @@ class Server(uvicorn.Server):
         super().__init__(config)
         self.service, self.shutdown_seconds = service, shutdown_seconds
         self.stop_signal = None
+
+    async def on_tick(self, counter):
+        if self.service.batcher.died is not None and not self.should_exit:
+            log.error("the model thread died: stopping the server (the command fails)")
+            self.service.close(self.shutdown_seconds)
+            self.should_exit = True
+        return await super().on_tick(counter)
 
     async def startup(self, sockets=None):
         await super().startup(sockets)
@@ -90,14 +103,17 @@ def serve(service, sock, shutdown_seconds, access):
     except OSError as err:
         raise ConfigError(f"cannot listen on {host}:{port} ({err.strerror or err}): another "
                           f"server took it; choose another port=, or port=0") from None
-    if not is_loopback(host) and not access.token:
-        log.warning("serving on %s without a token: anyone who reaches this address can use "
-                    "it; set MTX_SERVE_TOKEN (or access.token), or serve on 127.0.0.1 behind a "
-                    "proxy (docs/serving.md)", host)
+    check_bind(host, access)
+    if access.open_without_token:
+        log.warning("serving on %s without a token (access.open_without_token=true): anyone "
+                    "who reaches this address can use it", host)
     app = create_app(service, shutdown_seconds, access.token, access.hosts(host))
+    limits = service.limits
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level="warning",
                             access_log=False, lifespan="on",
-                            limit_concurrency=service.limits.max_connections,
+                            http=protocol_class(limits.max_connections, limits.head_seconds),
+                            h11_max_incomplete_event_size=limits.max_header_bytes,
+                            timeout_keep_alive=limits.keepalive_seconds,
                             # the requests' own 503 at the shutdown deadline comes first
                             timeout_graceful_shutdown=shutdown_seconds + GRACE_SECONDS)
     # uvicorn handles both signals while it serves and re-raises the one it got once it has
@@ -113,5 +129,13 @@ def serve(service, sock, shutdown_seconds, access):
             signal.signal(sig, handler)
         service.stop(shutdown_seconds)
     log.info("stopped: %s", service.health())
+    if service.batcher.died is not None:
+        raise ModelThreadDied(f"the model thread died ({type(service.batcher.died).__name__}: "
+                              f"{service.batcher.died}; the server's log has its traceback): "
+                              f"restart mtx-serve")
     if server.stop_signal == signal.SIGINT:
         raise KeyboardInterrupt
+
+
+class ModelThreadDied(MtxError):
+    """mtx-serve stopped because its model thread died."""

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from ..hardware.devices import use_numpy_interface
 from ..errors import ConfigError
+from ..heads.files import head_study
 from .bodies import RequestError, check_work, sentence_ids, settings
 from .engine import ATTENTION, TRANSLATE, Engine
-from .study import head_study
 from .batcher import Batcher
+from .work import attention_work, split_work, translations
 from .jobs import Busy, JobQueue, Stopping
 
 log = logging.getLogger(__name__)
@@ -52,10 +53,11 @@ class Service:
     def __init__(self, engine: Engine, limits, batching: Batching, info, study):
         self.engine, self.limits, self.info, self.study = engine, limits, info, study
         self.batching = batching
-        self.jobs = JobQueue(limits.max_queue, limits.max_queue_work)
+        self.jobs = JobQueue(limits.max_queue, limits.max_queue_work, limits.client_share)
         self.batcher = Batcher(self.jobs, engine.run_batch, batching.max_wait_ms / 1000,
                                batching.max_batch_tokens, on_start=self._warm_up)
         self.stop_deadline = None  # time.monotonic() by which requests in flight are answered
+        self._stopped = False
 
     def _warm_up(self):
         use_numpy_interface()  # MXNet's NumPy mode is per thread
@@ -74,53 +76,60 @@ class Service:
         self.jobs.close()
 
     def stop(self, timeout):
-        self.batcher.stop(timeout)
+        """Stop the model thread (once: later calls return at once)."""
+        if not self._stopped:
+            self._stopped = True
+            self.batcher.stop(timeout)
 
-    async def translate(self, body, disconnected=None):
+    async def translate(self, body, disconnected=None, client=None):
         """``disconnected``: a function that makes an awaitable that ends when the client goes
-        away (its work is dropped then)."""
+        away (its work is dropped then); ``client``: its address (`JobQueue`'s share)."""
         decode = settings(body, self.limits, self.engine.decode_cfg, self.engine.model.cfg)
         ids = sentence_ids(self.engine, body.text, self.limits)
         check_work(ids, decode.beam_size, self.limits)
         parts = split_work(ids, decode.beam_size, self.batching.part_tokens)
-        done = await self._ask((TRANSLATE, decode), parts, disconnected)
+        done = await self._ask((TRANSLATE, decode), parts, disconnected, client)
         return translations([hyps for part in done for hyps in part], decode.nbest)
 
-    async def attention(self, body, disconnected=None):
+    async def attention(self, body, disconnected=None, client=None):
         decode = settings(body, self.limits, self.engine.decode_cfg, self.engine.model.cfg)
         ids = sentence_ids(self.engine, [body.text], self.limits)[0]
-        if not ids:
-            raise RequestError("text is empty; give a sentence")
-        most = self.limits.max_attention_subwords
-        if len(ids) > most:
-            raise RequestError(f"text has {len(ids)} subwords; /attention shows sentences of at "
-                               f"most {most} (limits.max_attention_subwords): give a shorter "
-                               f"one", status=413)
-        work = check_work([ids], decode.beam_size, self.limits)
-        return (await self._ask((ATTENTION, decode), [(ids, work)], disconnected))[0]
+        work = attention_work(self.engine, ids, decode.beam_size, self.limits)
+        return (await self._ask((ATTENTION, decode), [(ids, work)], disconnected, client))[0]
 
-    def health(self):
-        """Liveness, with the queue's counters (GET /health)."""
+    def health(self, counters=True):
+        """Liveness (GET /health): "ok", "stopping", or "failed" when the model thread has
+        died; with ``counters``, the queue's counters too."""
+        if self.batcher.died is not None:
+            return {"status": "failed", "reason": "the model thread died (see the server's log)"}
+        status = {"status": "stopping" if self.jobs.stopping else "ok"}
+        if not counters:
+            return status
         stats = dataclasses.asdict(self.jobs.stats)
         since = stats.pop("running_since")
-        return {"status": "stopping" if self.jobs.stopping else "ok",
-                "queued": self.jobs.queued(), **stats,
+        return {**status, "queued": self.jobs.queued(), **stats,
                 "running_seconds": 0.0 if since is None else round(time.monotonic() - since, 3)}
 
-    def not_ready(self):
-        """Why this server should get no traffic now (GET /ready), or None."""
-        since = self.jobs.stats.running_since
+    def refusal(self):
+        """Why new work would be refused now (stopping, the model thread not running, the queue
+        full), or None: checked before a request's body is read (`mtx.serving.admission`)."""
         if self.jobs.stopping:
-            return "stopping"
+            return "the server is shutting down"
         if not self.batcher.alive():
             return "the model thread is not running (see the server's log)"
         if self.jobs.queued() >= self.limits.max_queue:
             return f"the queue is full ({self.limits.max_queue} requests)"
-        if since is not None and time.monotonic() - since > STUCK_SECONDS:
-            return f"a batch has been running for over {STUCK_SECONDS:.0f} s"
         return None
 
-    async def _ask(self, key, parts, disconnected=None):
+    def not_ready(self):
+        """Why this server should get no traffic now (GET /ready): a `refusal`, or a batch
+        running for too long; None when ready."""
+        since = self.jobs.stats.running_since
+        if since is not None and time.monotonic() - since > STUCK_SECONDS:
+            return f"a batch has been running for over {STUCK_SECONDS:.0f} s"
+        return self.refusal()
+
+    async def _ask(self, key, parts, disconnected=None, client=None):
         """The model's results of one request's parts [(payload, work)]. Busy or stopping:
         503; past ``limits.request_seconds``: 504; either, or the client gone: its work is
         dropped (after the part running now)."""
@@ -128,7 +137,7 @@ class Service:
         waits = set() if disconnected is None else {asyncio.ensure_future(disconnected())}
         try:
             try:
-                future = self.jobs.submit_parts(key, parts)
+                future = self.jobs.submit_parts(key, parts, client)
             except Busy as err:
                 raise RequestError(f"the server is busy ({err}); try again shortly", 503,
                                    retry) from None
@@ -142,7 +151,8 @@ class Service:
                     return_when=asyncio.FIRST_COMPLETED)
                 if answer.done():
                     return answer.result()
-                problem = self._given_up(bool(done), deadline, retry)
+                problem = given_up(bool(done), deadline, self.stop_deadline,
+                                   self.limits.request_seconds, retry)
                 if problem:
                     future.abandon()
                     raise problem
@@ -152,43 +162,18 @@ class Service:
             for wait in waits:
                 wait.cancel()
 
-    def _given_up(self, client_gone, deadline, retry):
-        """Why a waiting request ends without its answer (a RequestError), or None."""
-        now = time.monotonic()
-        if client_gone:  # nobody reads an answer
-            return RequestError("the client went away", 499)
-        if self.stop_deadline is not None and now >= self.stop_deadline:
-            return RequestError("the server stopped before this request finished; try again "
-                                "later", 503, retry)
-        if now >= deadline:
-            return RequestError(f"the request took over {self.limits.request_seconds:g} s "
-                                f"(limits.request_seconds); send less work per request", 504)
-        return None
-
-
-def translations(nbest, n):
-    """POST /translate's answer from each sentence's n-best [(text, score)], best first:
-    ``{"translations", "scores"}`` of the best, and with ``n`` > 1 ``"nbest"`` too."""
-    out = {"translations": [hyps[0][0] for hyps in nbest],
-           "scores": [round(hyps[0][1], 4) for hyps in nbest]}
-    if n > 1:
-        out["nbest"] = [[{"text": text, "score": round(score, 4)} for text, score in hyps]
-                        for hyps in nbest]
-    return out
-
-
-def split_work(ids, beam_size, part_tokens):
-    """Sentences (source ids) -> parts [(sentences, work)] of about ``part_tokens`` work each
-    (a sentence is never split), in order."""
-    parts, current, work = [], [], 0
-    for sentence in ids:
-        cost = (len(sentence) + 1) * beam_size
-        if current and work + cost > part_tokens:
-            parts.append((current, work))
-            current, work = [], 0
-        current.append(sentence)
-        work += cost
-    return parts + [(current, work)]
+def given_up(client_gone, deadline, stop_deadline, request_seconds, retry):
+    """Why a waiting request ends without its answer (a RequestError), or None."""
+    now = time.monotonic()
+    if client_gone:  # nobody reads an answer
+        return RequestError("the client went away", 499)
+    if stop_deadline is not None and now >= stop_deadline:
+        return RequestError("the server stopped before this request finished; try again "
+                            "later", 503, retry)
+    if now >= deadline:
+        return RequestError(f"the request took over {request_seconds:g} s "
+                            f"(limits.request_seconds); send less work per request", 504)
+    return None
 
 
 def describe(model, data_cfg, decode_cfg, limits, checkpoint, precision):

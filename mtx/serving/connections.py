@@ -1,0 +1,134 @@
+"""Connections bounded in time and number: uvicorn's h11 protocol with deadlines that trickling
+clients cannot stretch, and room for new clients made by closing idle ones.
+
+uvicorn times out only a connection that sends nothing after an answer (its keep-alive timer,
+restarted by every byte), and its ``limit_concurrency`` counts idle connections, so a few dozen
+clients that connect and send nothing, or a header byte now and then, would hold every slot.
+Here each connection is in one of two states:
+
+- *waiting* for a request's head (since it opened, or since its last answer): it must complete
+  the request line and headers within ``head_seconds`` of that moment, however it trickles them,
+  or it is closed; and when more than ``max_connections`` are open, the one that has waited
+  longest is closed to make room for the newcomer (when every connection is in a request, the
+  newcomer stays, up to twice the limit, and the app refuses its request with a 503);
+- *in a request*: the app has it; its body has ``limits.body_seconds`` (`mtx.serving.app`) and its
+  answer ``limits.request_seconds``. Requests at once are the app's to limit (`Admission`).
+
+Idle keep-alive connections are closed after ``keepalive_seconds`` (uvicorn's timer). The HTTP
+implementation is pinned to h11 with headers of at most ``max_header_bytes``; an invalid request
+gets the service's JSON answer, not uvicorn's plain text.
+"""
+import json
+import logging
+import time
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .access import SECURITY_HEADERS
+
+log = logging.getLogger(__name__)
+HARD_LIMIT_FACTOR = 2  # connections all in requests: newcomers are closed beyond twice the limit
+
+
+class Guard:
+    """The settings and the open connections of one server (shared by its protocols)."""
+
+    def __init__(self, max_connections, head_seconds):
+        self.max_connections, self.head_seconds = max_connections, head_seconds
+        self.open = set()   # every GuardedH11 connection now open
+        self.closed_idle = 0  # closed for room or past their head deadline
+
+    def make_room(self, newcomer):
+        """Over ``max_connections``: close the connection that has waited longest for a
+        request's head (not ``newcomer``); none waiting: the newcomer stays (its request is the
+        app's to refuse)."""
+        open_now = [c for c in self.open if not c.transport.is_closing()]
+        if len(open_now) <= self.max_connections:
+            return
+        waiting = [c for c in open_now if c is not newcomer and c.waiting_since is not None]
+        if waiting:
+            min(waiting, key=lambda c: c.waiting_since).close_idle("connection limit")
+        elif len(open_now) > HARD_LIMIT_FACTOR * self.max_connections:
+            newcomer.close_idle("every connection is in a request")
+
+
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol under a `Guard` (the class attribute ``guard``, set by
+    `protocol_class`)."""
+    guard: Guard = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.waiting_since = None   # time.monotonic() it began waiting for a head, or None
+        self._head_timer = None
+        self._known_cycle = None
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self.guard.open.add(self)
+        self._wait_for_head()
+        self.guard.make_room(self)
+
+    def connection_lost(self, exc):
+        self.guard.open.discard(self)
+        self._stop_waiting()
+        super().connection_lost(exc)
+
+    def data_received(self, data):
+        super().data_received(data)
+        self._note_new_request()
+
+    def on_response_complete(self):
+        super().on_response_complete()  # may start a pipelined request at once
+        if not self._note_new_request() and not self.transport.is_closing():
+            self._wait_for_head()
+
+    def send_400_response(self, msg):
+        """An invalid request (bad syntax, headers over the size limit): the service's JSON
+        answer, then the connection is closed."""
+        body = json.dumps({"error": "invalid HTTP request (bad syntax, or headers over the "
+                                    "server's size limit)"}).encode()
+        try:
+            self.transport.write(self.conn.send(h11.Response(status_code=400, headers=[
+                (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                (b"connection", b"close"), *SECURITY_HEADERS])))
+            self.transport.write(self.conn.send(h11.Data(data=body)))
+            self.transport.write(self.conn.send(h11.EndOfMessage()))
+        except h11.LocalProtocolError:  # h11 cannot answer in this state: only close
+            pass
+        self.transport.close()
+
+    def close_idle(self, why):
+        """Close a connection that is waiting for a request's head."""
+        if not self.transport.is_closing():
+            self.guard.closed_idle += 1
+            log.debug("closing an idle connection from %s (%s)", self.client, why)
+            self.transport.close()
+        self._stop_waiting()
+
+    def _note_new_request(self):
+        """True when a request's head has come since last asked (the app has it now)."""
+        if self.cycle is not None and self.cycle is not self._known_cycle:
+            self._known_cycle = self.cycle
+            if not self.cycle.response_complete:
+                self._stop_waiting()
+                return True
+        return False
+
+    def _wait_for_head(self):
+        self._stop_waiting()
+        self.waiting_since = time.monotonic()
+        self._head_timer = self.loop.call_later(self.guard.head_seconds, self.close_idle,
+                                                "no request head in time")
+
+    def _stop_waiting(self):
+        self.waiting_since = None
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+
+def protocol_class(max_connections, head_seconds):
+    """A `GuardedH11` class with its own `Guard` (one per server)."""
+    return type("GuardedH11", (GuardedH11,), {"guard": Guard(max_connections, head_seconds)})
