@@ -50,8 +50,9 @@ ablate: install  ## head-count ablation at a fixed width and budget (Hydra multi
 	$(PY) scripts/train.py sweep=heads train.max_minutes=$(ABLATE_MINUTES) hydra.sweep.dir=outputs/ablate $(ARGS)
 	$(PY) scripts/collect.py outputs/ablate
 
-bench: install  ## training, decoding and serving speed against the peers (ARGS="train --impl mtx,gluonnlp", ...: python -m mtx.bench --help)
-	$(PY) scripts/bench.py $(ARGS)
+BENCH_ARGS ?= train
+bench: install  ## training speed of mtx and every peer on the default model; ARGS="decode --run RUN" etc.: python -m mtx.bench --help
+	$(PY) scripts/bench.py $(or $(ARGS),$(BENCH_ARGS))
 
 browser:  ## headless Chromium + chromedriver from Debian's archive, for the page's browser test (as root; nothing if present)
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { apt-get update -qq && \

@@ -31,7 +31,6 @@ def no_children(monkeypatch):
     (["train", "--impl", "mtx-fast"], "--impl mtx-fast: unknown implementation; choose from mtx, "
                                       "mtx-bf16, gluonnlp, d2l"),
     (["train", "--impl", "gluonnlp,tf"], "--impl tf: unknown implementation"),
-    (["train"], "train: give --impl"),
     (["decode", "--impl", "ct2-int8"], "decode --impl ct2-int8 translates a trained run: give "
                                        "--run RUN_DIR"),
     (["decode", "--run", "r", "--impl", "gluonnlp"], "--impl gluonnlp: unknown implementation; "
@@ -101,6 +100,25 @@ def test_another_revision_runs_in_its_checkout_and_is_paired(monkeypatch, capsys
     printed = capsys.readouterr().out
     assert "| mtx / mtx@HEAD | 0.5 | 0.5 | 0.5 | 0.5, 0.5 |" in printed
     assert "no bfloat16 (it cannot run here)" in printed
+
+
+@pytest.mark.slow
+def test_the_default_training_comparison_runs_every_peer_on_the_default_model(
+        multi30k_dir, tmp_path, monkeypatch, capsys):
+    """`make bench` (mtx-bench train without --impl) on the model users train, a few steps of
+    each: every installed peer gets a row (one dropout rate for all, said in the log)."""
+    from mtx.bench.__main__ import train_default
+    monkeypatch.setenv("MTX_MULTI30K_DIR", str(multi30k_dir))
+    out = tmp_path / "train.json"
+    main(["train", "--seconds", "0.3", "--warmup-steps", "1", "--rounds", "1", "--out", str(out)])
+    report = json.loads(out.read_text())
+    expected = set(train_default().split(","))
+    if "mtx-bf16" not in report["train"]:  # left out where bfloat16 cannot run
+        expected.discard("mtx-bf16")
+    assert set(report["train"]) == expected and {"mtx", "gluonnlp", "d2l"} <= expected
+    assert all(row["tok_s"] > 0 for row in report["train"].values())
+    printed = capsys.readouterr().out
+    assert all(f"| {name} |" in printed for name in expected)
 
 
 @pytest.mark.slow

@@ -1,15 +1,17 @@
-"""Throughput of mtx against gluonnlp 0.10, the d2l book and CTranslate2 (`make bench`).
+"""Throughput of mtx against gluonnlp 0.10, the d2l book, PyTorch and CTranslate2 (`make bench`).
 
-    mtx-bench train --impl IMPL[,IMPL...] [--rounds 3] [--seconds 60] [--warmup-steps 20]
+    mtx-bench train [--impl IMPL[,IMPL...]] [--rounds 3] [--seconds 60] [--warmup-steps 20]
     mtx-bench decode --run RUN_DIR [--impl mtx,mtx-bf16,ct2-float32,ct2-int8] [--rounds 3]
     mtx-bench decode --run RUN_DIR,RUN_DIR[,...] [--impl mtx]   (runs against each other)
     mtx-bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5]
 
 Training: every implementation gets conf/model/small.yaml (--model, untied, the corpus's
-vocabulary), conf/data/multi30k_en_de.yaml (--data), the same ~4096-token batches and
-OMP_NUM_THREADS threads. One implementation is measured here, several each in a child, training
-in interleaved rounds with paired ratios (`rounds`). IMPL@REV is IMPL at git revision REV.
-DNNL_MAX_CPU_ISA=AVX2 in front measures as a CPU without AVX-512 would. Decoding: the run's
+vocabulary, one dropout rate for attention too, as the peers take it), conf/data/multi30k_en_de.yaml
+(--data), the same ~4096-token batches and OMP_NUM_THREADS threads; without --impl, mtx and every
+peer installed (the PyTorch ones with the bench-torch extra). One implementation is measured
+here, several each in a child, training in interleaved rounds with paired ratios (`rounds`).
+IMPL@REV is IMPL at git revision REV. DNNL_MAX_CPU_ISA=AVX2 in front measures as a CPU without
+AVX-512 would. Decoding: the run's
 test split with beam 5 and greedily, best of --rounds; several runs are translated by one mtx
 implementation in one process, in interleaved rounds (a smaller model against a larger one).
 Tables go to stdout.
@@ -24,8 +26,8 @@ from ..commands.paths import writable_file
 from ..errors import ConfigError
 from . import rounds, tables
 from .inputs import DEFAULT_DATA, DEFAULT_MODEL
-from .measure import (DECODE_DEFAULT, DECODE_IMPLS, MTX_PRECISIONS, TRAIN_IMPLS, decode_runs,
-                      describe, measure)
+from .measure import (DECODE_DEFAULT, DECODE_IMPLS, MTX_PRECISIONS, TRAIN_DEFAULT, TRAIN_IMPLS,
+                      decode_runs, describe, measure)
 from .serve import measure_serve
 
 log = logging.getLogger("mtx.bench")
@@ -54,11 +56,21 @@ def impl_names(args, known, default=None):
     return [n for n in names if not (reason and n.startswith("mtx-bf16"))]
 
 
+def train_default():
+    """TRAIN_DEFAULT, less PyTorch's peers when it is not installed (said once)."""
+    import importlib.util
+    if importlib.util.find_spec("torch") is not None:
+        return ",".join(TRAIN_DEFAULT)
+    log.warning("the PyTorch peers left out: PyTorch is not installed (pip install -e "
+                "'.[bench-torch]')")
+    return ",".join(n for n in TRAIN_DEFAULT if not n.startswith("pytorch"))
+
+
 def run_measurement(args):
     """`train` or `decode`: one implementation here, several in children -> (report, tables)."""
     kind = args.command
     several_runs = kind == "decode" and len(decode_runs(args.run)) > 1
-    names = (impl_names(args, TRAIN_IMPLS) if kind == "train" else
+    names = (impl_names(args, TRAIN_IMPLS, train_default()) if kind == "train" else
              impl_names(args, DECODE_IMPLS, "mtx" if several_runs else ",".join(DECODE_DEFAULT)))
     if several_runs and (len(names) != 1 or names[0] not in MTX_PRECISIONS):
         raise ConfigError(f"--run {args.run}: several runs are timed with one implementation, "

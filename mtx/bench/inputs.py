@@ -2,6 +2,7 @@
 `commands.entry.typed`), the corpus, the training batches, a trained run's test split. Every
 implementation gets the same ones."""
 import dataclasses
+import logging
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from ..config import CONF_DIR
 from ..errors import ConfigError
 from ..data.multi30k import TEST_SPLIT  # what is decoded (the toy task uses the same split name)
 
+log = logging.getLogger("mtx.bench")
 DEFAULT_MODEL, DEFAULT_DATA = "small", "multi30k_en_de"  # conf/model/, conf/data/
 CORPUS_SEED = 1                    # toy data and the training batches' shuffle
 TRAIN_BATCH_TOKENS = 4096          # padded tokens per training batch, for every implementation
@@ -41,6 +43,11 @@ def load(model_name, data_name):
     corpus = load_corpus(data_cfg, data_dir(), seed=CORPUS_SEED)
     model_cfg = group_config("model", model_name, tie_embeddings=False, pre_norm=False,
                              vocab_size=len(corpus.tokenizer))
+    if model_cfg.attention_dropout != model_cfg.dropout:  # the peers take one rate for both
+        log.info("every implementation trains at dropout %g, in attention too (the peers take "
+                 "one rate; --model %s has attention_dropout %g)", model_cfg.dropout,
+                 model_name, model_cfg.attention_dropout)
+        model_cfg = dataclasses.replace(model_cfg, attention_dropout=model_cfg.dropout)
     return corpus, model_cfg, data_cfg
 
 

@@ -3,6 +3,7 @@
     mtx, mtx-bf16     the product's training step (`mtx.training.steps`) and translation, in
                       float32 / with bfloat16 products
     gluonnlp, d2l     the peers' training steps (`peers`)
+    pytorch, pytorch-bf16, pytorch-compile   a plain PyTorch model's (`torch_peer`)
     ct2-float32, ct2-int8, ct2-int8-as-float32   a trained run exported to CTranslate2
                       (`mtx.deploy`); the last computes the int8 export in float32
 
@@ -28,13 +29,16 @@ from ..errors import ConfigError
 from . import inputs
 from .flops import train_flops
 from .peers import PEERS
+from .torch_peer import TORCH_PEERS
 
 MTX_PRECISIONS = {"mtx": "float32", "mtx-bf16": "bfloat16"}
 # the export's quantization and CTranslate2's compute type ("float32": int8 weights dequantized
 # at load, as mtx-translate computes an int8 export on a CPU without VNNI)
 CT2 = {"ct2-float32": ("float32", "default"), "ct2-int8": ("int8", "default"),
        "ct2-int8-as-float32": ("int8", "float32")}
-TRAIN_IMPLS = (*MTX_PRECISIONS, *PEERS)
+TRAIN_IMPLS = (*MTX_PRECISIONS, *PEERS, *TORCH_PEERS)
+# `make bench` / mtx-bench train without --impl (PyTorch's when it is installed)
+TRAIN_DEFAULT = ("mtx", "mtx-bf16", "gluonnlp", "d2l", "pytorch", "pytorch-bf16")
 DECODE_IMPLS = (*MTX_PRECISIONS, *CT2)
 DECODE_DEFAULT = ("mtx", "mtx-bf16", "ct2-float32", "ct2-int8")
 RUN_BEAMS = {"beam5": 5, "greedy": 1}   # decode: column prefix -> beam size
@@ -64,7 +68,8 @@ def measure(kind, name, args):
         from ..hardware.devices import use_numpy_interface
         use_numpy_interface()
     results, model_cfg = (measure_train if kind == "train" else measure_decode)(name, args)
-    common = {"precision": CT2[name][0] if name in CT2 else MTX_PRECISIONS.get(name, "float32"),
+    precision = {**MTX_PRECISIONS, **{n: p for n, (p, _) in TORCH_PEERS.items()}}
+    common = {"precision": CT2[name][0] if name in CT2 else precision.get(name, "float32"),
               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
     if name in MTX_PRECISIONS:
         from .. import kernels
@@ -77,10 +82,13 @@ def measure(kind, name, args):
 def training_step(name, model_cfg):
     """``step(batch) -> loss`` (done when read): mtx's as `mtx.training` runs it (optimizer,
     schedule, clipping, loss; one CPU), or a peer's."""
+    from ..config import TrainConfig
     if name in PEERS:
         return PEERS[name](model_cfg).train_step
+    if name in TORCH_PEERS:
+        from .torch_peer import TorchPeer
+        return TorchPeer(model_cfg, name, TrainConfig()).train_step
     import mxnet as mx
-    from ..config import TrainConfig
     from ..training.parallel import DataParallel
     from ..training.build import build_pieces
     from ..training.steps import train_step
