@@ -4,9 +4,15 @@ one-line errors that name the key.
 A field is set by the key of its name, unless its metadata names the key users type
 (``field(metadata={"key": ...})``): the Hydra key ``data.max_len`` sets
 `DataConfig.max_pair_len`, so that in code ``max_len`` means only the model's positions. The
-run files that keep a config (data.json) use the keys too (`to_keys`, `from_keys`)."""
+run files that keep a config (data.json) use the keys too (`to_keys`, `from_keys`).
+
+Values within bounds: a field made with `setting` names what to give and its bounds, and
+`check_settings` (called from the dataclass's ``__post_init__``) refuses a value of another type
+or outside them in one line."""
 import dataclasses
+import math
 import typing
+from dataclasses import field
 
 from .errors import ConfigError
 
@@ -37,6 +43,43 @@ def from_keys(cls, values):
     for ``cls`` to refuse)."""
     names = {key_of(f): f.name for f in dataclasses.fields(cls)}
     return {names.get(key, key): value for key, value in values.items()}
+
+
+def setting(default, hint, *, low=None, above=None, high=None):
+    """A field of a settings dataclass: its default, and what to give (``hint``) when a value
+    does not have the field's type (int: whole; float: finite; Optional: or null) or is not
+    within the bounds ``low <= value``, ``above < value``, ``value <= high``."""
+    return field(default=default, metadata={"hint": hint, "low": low, "above": above,
+                                            "high": high})
+
+
+def shown(value):
+    """A setting as it is typed on the command line (null, not None)."""
+    return "null" if value is None else value
+
+
+def _within(value, hint, bounds):
+    """Whether ``value`` has the type ``hint`` (a float also finite) and, unless it is None or a
+    bool, is within ``bounds`` (`setting`)."""
+    if not _fits(value, hint):
+        return False
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    low, above, high = bounds["low"], bounds["above"], bounds["high"]
+    return ((low is None or value >= low) and (above is None or value > above)
+            and (high is None or value <= high))
+
+
+def check_settings(settings, prefix=""):
+    """Every `setting` field of the dataclass ``settings`` fits, else a ConfigError for the first
+    that does not: ``<prefix><name>=<value>: give <hint>``."""
+    hints = typing.get_type_hints(type(settings))
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if "hint" in f.metadata and not _within(value, hints[f.name], f.metadata):
+            raise ConfigError(f"{prefix}{f.name}={shown(value)}: give {f.metadata['hint']}")
 
 
 def _fits(value, hint):

@@ -127,12 +127,13 @@ def test_typed_values_are_checked(cls, key, value, expected):
                                                   "learning rate > 0"),
     (TrainConfig, {"lr": float("nan")}, "train.lr=nan: give a finite number"),
     (TrainConfig, {"save_every_minutes": float("nan")}, "train.save_every_minutes=nan: give a"),
-    (TrainConfig, {"epsilon": -1e-9}, "train.epsilon must be >= 0"),
+    (TrainConfig, {"epsilon": -1e-9}, "train.epsilon and train.rdrop_alpha must be >= 0"),
     (TrainConfig, {"warmup_steps": 0}, "train.warmup_steps=0: give a learning rate > 0 and 1 "
                                        "or more warm-up steps"),
     (TrainConfig, {"max_minutes": float("nan")}, "train.max_minutes=nan: give a finite number"),
     (TrainConfig, {"max_minutes": float("inf")}, "train.max_minutes=inf: give a finite number"),
-    (TrainConfig, {"clip_norm": -1}, "train.clip_norm, train.weight_decay and train.epsilon must be >= 0"),
+    (TrainConfig, {"clip_norm": -1}, "train.clip_norm, train.weight_decay, train.epsilon and "
+                                     "train.rdrop_alpha must be >= 0"),
     (DecodeConfig, {"beam_size": 0}, "decode.beam_size=0 must be at least 1"),
     (DecodeConfig, {"beam_size": 2, "nbest": 3}, "decode.nbest=3 must be between 1 and "
                                                  "decode.beam_size"),

@@ -295,3 +295,24 @@ def test_subword_dropout_outside_its_range_or_on_the_toy_task_is_refused(setting
     from mtx.config import DataConfig
     with pytest.raises(ConfigError, match="data.subword_dropout=.*give a probability in"):
         DataConfig(**settings)
+
+
+def test_distilled_targets_replace_or_join_the_references_and_must_align(tmp_path):
+    from mtx.data.corpus import distilled_pairs
+    sources, references = ["a man", "two dogs"], ["ein Mann", "zwei Hunde"]
+    teacher = tmp_path / "teacher.de"
+    teacher.write_text("ein Mann .\nzwei Hunde .\n", encoding="utf-8")
+    assert distilled_pairs((sources, references), teacher, False) == (
+        sources, ["ein Mann .", "zwei Hunde ."])
+    assert distilled_pairs((sources, references), teacher, True) == (
+        sources * 2, references + ["ein Mann .", "zwei Hunde ."])
+    teacher.write_text("ein Mann .\n", encoding="utf-8")
+    with pytest.raises(DataError, match="data.distilled_target: .* has 1 lines but the training "
+                                        "split has 2 sources"):
+        distilled_pairs((sources, references), teacher, False)
+    teacher.write_text("ein Mann .\n\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"teacher.de:2: empty translation"):
+        distilled_pairs((sources, references), teacher, False)
+    from mtx.config import DataConfig
+    with pytest.raises(ConfigError, match="data.distilled_target= is for a Multi30k corpus"):
+        DataConfig(name="toy", distilled_target=str(teacher))

@@ -12,8 +12,13 @@ from mtx.data.corpus import load_corpus
 from mtx.heads.study import StudySettings, choose_pruning
 from mtx.runs.pictures import attention_pictures
 from mtx.runs.rundir import load_run
-from mtx.decoding.search import attention_of, greedy_search
+from mtx.decoding.search import attention_of, beam_search
 from tests.conftest import ROOT, run_script
+
+
+def greedy_search(model, src, src_len, head_gates=None):
+    """The argmax at every step (beam 1): token ids per sentence."""
+    return [h[0][0] for h in beam_search(model, src, src_len, 1, 0.0, head_gates=head_gates)]
 
 
 @pytest.fixture(scope="module")

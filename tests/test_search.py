@@ -16,7 +16,7 @@ from mxnet import np, npx
 from mtx.config import DecodeConfig
 from mtx.model.transformer import Transformer
 from mtx.runs.rundir import load_run
-from mtx.decoding.search import Translator, beam_search, greedy_search
+from mtx.decoding.search import Translator, beam_search
 from mtx.decoding.search_rules import output_limits
 from mtx.data.vocab import BOS, EOS, PAD, SPECIALS
 from tests.conftest import ROOT, run_script
@@ -47,12 +47,10 @@ def _batch(tokenizer, lines):
     return np.array(src), np.array([len(i) + 1 for i in ids], dtype="int32")
 
 
-def test_greedy_equals_beam_of_one(toy):
+def test_greedy_search_reverses_the_toy_inputs(toy):
     model, tokenizer, lines = toy
     src, src_len = _batch(tokenizer, lines)
-    greedy = greedy_search(model, src, src_len)
-    beam1 = [h[0][0] for h in beam_search(model, src, src_len, beam_size=1, length_penalty=0.0)]
-    assert greedy == beam1
+    greedy = [h[0][0] for h in beam_search(model, src, src_len, beam_size=1, length_penalty=0.0)]
     assert sum(g == tokenizer.encode([line])[0][::-1] for g, line in zip(greedy, lines)) >= 20
 
 
@@ -348,3 +346,42 @@ def test_a_zero_length_limit_gives_empty_outputs(toy):
     for K in (1, 3):
         hyps = beam_search(model, src, src_len, K, 1.0, 0.0, 0, nbest=1)
         assert [h[0][0] for h in hyps] == [[], [], []]
+
+
+def test_an_ensemble_of_one_and_of_two_copies_decodes_as_the_model_alone(toy):
+    from mtx.decoding.ensemble import Ensemble
+    model, tokenizer, lines = toy
+    cfg = DecodeConfig(beam_size=4, nbest=2)
+    alone = Translator(model, tokenizer, cfg, mx.cpu()).translate_nbest(lines)
+    for models in ([model], [model, model]):  # the mean of equal log-probabilities is theirs
+        together = Translator(Ensemble(models), tokenizer, cfg, mx.cpu()).translate_nbest(lines)
+        assert [[t for t, _ in n] for n in together] == [[t for t, _ in n] for n in alone]
+        assert onp.allclose([[s for _, s in n] for n in together],
+                            [[s for _, s in n] for n in alone], atol=1e-5)
+
+
+def test_ensembles_from_translate_and_evaluate_and_a_mismatched_vocabulary_is_one_line(
+        toy_run, tmp_path):
+    import shutil
+    lines = b"w1 w2 w3\nw4 w5 w6 w7\n"
+    alone = run_script("translate", f"ckpt={toy_run}", "decode=greedy", stdin=lines)
+    twice = run_script("translate", f"ckpt={toy_run}", "decode=greedy", f"ensemble=[{toy_run}]",
+                       stdin=lines)
+    assert twice.returncode == 0, twice.stderr.decode()[-2000:]
+    assert twice.stdout == alone.stdout and twice.stdout.decode().count("\n") == 2
+    (tmp_path / "src.txt").write_bytes(lines)
+    (tmp_path / "ref.txt").write_bytes(b"w3 w2 w1\nw7 w6 w5 w4\n")
+    scored = run_script("evaluate", f"ckpt={toy_run}", "decode=greedy", f"ensemble=[{toy_run}]",
+                        f"source={tmp_path / 'src.txt'}", f"reference={tmp_path / 'ref.txt'}",
+                        f"out_dir={tmp_path / 'eval'}")
+    assert scored.returncode == 0, scored.stderr.decode()[-2000:]
+    assert list((tmp_path / "eval").glob("*.ensemble2.*.hyp"))
+    other = tmp_path / "other_vocabulary"
+    shutil.copytree(toy_run, other, ignore=shutil.ignore_patterns("eval", "heads"))
+    symbols = json.loads((other / "toy_symbols.json").read_text())
+    (other / "toy_symbols.json").write_text(json.dumps([f"x{s}" for s in symbols]))
+    mixed = run_script("translate", f"ckpt={toy_run}", f"ensemble=[{other}]", stdin=lines)
+    err = mixed.stderr.decode().strip().splitlines()
+    assert mixed.returncode == 2 and "another vocabulary" in err[-1] and "Traceback" not in \
+        mixed.stderr.decode()
+    assert not mixed.stdout

@@ -13,7 +13,7 @@ from ..data.lines import read_parallel
 from ..data.multi30k import load_split
 from ..runs.rundir import require_run
 from ..runs.runlock import RunLock
-from ..decoding.search import load_decoder
+from ..decoding.ensemble import ensemble_runs, load_decoders
 from .entry import decoding_options, hydra_command
 from .paths import writable_out_dir
 
@@ -55,22 +55,25 @@ def evaluate(cfg):
     # created in the run
     texts = read_files(cfg)
     run = require_run(cfg.ckpt)
+    runs = ensemble_runs(cfg)
     decode_cfg, ctx = decoding_options(cfg)
     run.locate_checkpoint(cfg.checkpoint)
     name, sources, references = texts or read_split(cfg, run.data_config())
     out_dir = writable_out_dir(cfg, "eval")
     with RunLock(out_dir):
-        return evaluate_into(cfg, out_dir, name, sources, references, decode_cfg, ctx)
+        return evaluate_into(cfg, runs, out_dir, name, sources, references, decode_cfg, ctx)
 
 
-def evaluate_into(cfg, out_dir, name, sources, references, decode_cfg, ctx):
-    """`evaluate` once its inputs are checked, writing into ``out_dir`` (held)."""
-    model, tokenizer, data_cfg = load_decoder(cfg.ckpt, ctx, cfg.checkpoint)
+def evaluate_into(cfg, runs, out_dir, name, sources, references, decode_cfg, ctx):
+    """`evaluate` of ``runs`` (ckpt= and ensemble=) once its inputs are checked, writing into
+    ``out_dir`` (held)."""
+    model, tokenizer, data_cfg = load_decoders(runs, ctx, cfg.checkpoint)
     tgt_lang = data_cfg.tgt_lang if data_cfg else "en"
     hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,
                                              references, tgt_lang)
     checkpoint = "" if cfg.checkpoint == "auto" else f".{Path(str(cfg.checkpoint)).stem}"
-    stem = f"{name}{checkpoint}.{decode_name(decode_cfg)}"
+    together = f".ensemble{len(runs)}" if len(runs) > 1 else ""
+    stem = f"{name}{checkpoint}{together}.{decode_name(decode_cfg)}"
     atomic_write_text(out_dir / f"{stem}.hyp", "\n".join(hypotheses) + "\n")
     atomic_write_json(out_dir / f"{stem}.json", scores)
     for metric in ("sacrebleu", "chrf", "bleu_tok_lc"):

@@ -6,52 +6,21 @@ speed.json."""
 import dataclasses
 import json
 import logging
-import os
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as onp
-
-from ..heads import importance as heads
 from ..data.corpus import load_corpus
 from ..hardware.devices import use_numpy_interface
 from ..errors import CheckpointError, ConfigError
-from ..decoding.evaluation import translation_rounds
-from ..files import atomic_write_json, temp_path
-from ..heads.gates import train_gates
-from ..heads.study import (
-    GatedScorer,
-    StudySettings,
-    choose_pruning,
-    curves,
-    importance_scores,
-    save_pruned_run,
-)
-from ..runs.pictures import gate_training_plot, importance_heatmaps, pruning_plot
+from ..heads.stages import learned_gates, ordered_gates, prune_and_time, score_heads
+from ..heads.study import StudySettings
 from ..runs.rundir import RunDir
 from ..runs.runlock import RunLock
 from ..decoding.search import load_decoder
-from ..training import continue_training
 from .entry import decoding_options, hydra_command, typed
 from .paths import writable_out_dir
 
 log = logging.getLogger(__name__)
-
-
-def removal_orders(settings, model, scores, src_ids, tgt_ids, ctx):
-    """The non-random orders to try: {name: [(a, h), ...]}."""
-    orders = {"importance": heads.removal_order(scores["gradient"])}
-    shape = scores["gradient"].shape
-    if settings.iterative:
-        orders["iterative"] = heads.iterative_order(
-            lambda gates: heads.gradient_importance(model, src_ids, tgt_ids, ctx, gates=gates),
-            shape)
-    if settings.iterative_loss:
-        loss = heads.gated_loss(model, src_ids, tgt_ids, ctx)
-        orders["iterative_loss"] = heads.iterative_order(
-            lambda gates: heads.loss_importance(loss, gates), shape)
-    return orders
 
 
 def setup(cfg, out):
@@ -89,93 +58,6 @@ def setup(cfg, out):
                            out=out, model=model, tokenizer=tokenizer, data_cfg=data_cfg,
                            corpus=corpus, seed=run_cfg.seed, decode_cfg=decode_cfg,
                            finetune_cfg=finetune_cfg, to_remove=to_remove)
-
-
-def score_heads(s):
-    """Importance scores and pruning curves, written to importance.* and pruning.*: (shape,
-    orders, curve points)."""
-    split, n = s.settings.importance_split, s.settings.max_sentences
-    sources, references = (x[:n] for x in s.corpus.text[split])
-    src_ids, tgt_ids = (ids[:n] for ids in s.corpus.ids[split])
-    scorer = GatedScorer(s.model, s.tokenizer, sources, references, s.ctx, s.decode_cfg)
-    scores = importance_scores(s.model, s.corpus, split, n, scorer, s.ctx,
-                               s.settings.leave_one_out)
-    names = heads.layer_names(s.model.cfg)
-    atomic_write_json(s.out / "importance.json", {"layers": names, **scores})
-    importance_heatmaps(scores, names, s.out / "importance.png")
-    shape = scores["gradient"].shape
-    orders = removal_orders(s.settings, s.model, scores, src_ids, tgt_ids, s.ctx)
-    orders, points = curves(scorer, shape, orders, s.settings.random_orders,
-                            extra_steps=[s.to_remove] if s.to_remove else [])
-    atomic_write_json(s.out / "pruning.json", {"orders": orders, "curves": points})
-    pruning_plot(points, shape[0] * shape[1], s.out / "pruning.png")
-    return shape, orders, points
-
-
-def ordered_gates(s, shape, orders, points):
-    """0/1 gates (A, H) of the importance order chosen on the curves, and what was chosen."""
-    order_name, removed = choose_pruning(points, s.settings.max_bleu_loss, s.to_remove)
-    gates = onp.ones(shape)
-    for a, h in orders[order_name][:removed]:
-        gates[a, h] = 0
-    return s.model, gates, {"method": "order", "removed_heads": removed, "order": order_name}
-
-
-def learned_gates(s):
-    """Gates learned with an L0 penalty (`mtx.heads.gates`) on a copy of the run fine-tuned with them,
-    written to gates.json and gates.png: (the gated copy, its exact gates (A, H), meta)."""
-    gated, _, _ = load_decoder(s.run_dir, s.ctx, s.checkpoint)  # its weights change with the gates
-    model_cfg, l0 = s.model.cfg, s.settings.l0
-    target = model_cfg.total_heads - s.to_remove
-    result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_pair_len), s.ctx, target,
-                         l0.minutes, lr=l0.lr, gate_lr=l0.gate_lr, penalty=l0.penalty,
-                         anneal=l0.anneal, batch_tokens=l0.batch_tokens, seed=s.seed,
-                         max_steps=l0.max_steps, log=log.info)
-    names = heads.layer_names(model_cfg)
-    atomic_write_json(s.out / "gates.json", {
-        "layers": names, "target_heads": target, "steps": result["steps"],
-        **{k: result[k].tolist() for k in ("log_alpha", "open_probability", "gates")},
-        "history": result["history"]})
-    importance_heatmaps({"P(gate open)": result["open_probability"], "gate": result["gates"]},
-                        names, s.out / "gates.png")
-    gate_training_plot(result["history"], names, model_cfg.heads_by_layer,
-                       s.out / "gates_training.png")
-    meta = {"method": "l0", "removed_heads": s.to_remove,
-            "l0": {**{k: getattr(l0, k) for k in ("minutes", "lr", "gate_lr", "penalty",
-                                                    "anneal")},
-                   "steps": result["steps"]}}
-    return gated, result["gates"], meta
-
-
-def prune_and_time(s, source, gates, meta):
-    """The model ``source`` cut to ``gates`` (fine-tuned if asked) in pruned/, and its speed
-    against the full model."""
-    pruned = heads.prune(source, gates, s.ctx)
-    # built beside pruned/ and renamed to it when whole: an interrupted study leaves no pruned/
-    staging = temp_path(s.out / "pruned")
-    for partial in s.out.glob(".pruned.*.tmp"):  # a dead study's (this one holds out/)
-        shutil.rmtree(partial, ignore_errors=True)
-    models = {"full": s.model}  # its one traced graph serves gated and plain calls
-    if s.finetune_cfg is not None:
-        models["pruned_before_finetune"] = pruned
-        pruned, choice = continue_training(pruned, s.corpus, s.data_cfg, s.finetune_cfg,
-                                           s.decode_cfg, staging, s.ctx, s.seed)
-        meta["finetune"] = {**dataclasses.asdict(s.settings.finetune), "final": choice}
-    save_pruned_run(pruned, s.run_dir, staging, meta)
-    os.replace(staging, s.out / "pruned")  # setup() refused an existing pruned/
-    models["pruned"] = pruned
-    for m in models.values():
-        m.hybridize(static_alloc=True)
-    split = s.settings.test_split
-    test_src, test_ref = s.corpus.text[split]
-    speed = {**meta, "kept_per_layer": pruned.cfg.heads_per_layer,
-             "decode": dict(s.decode_cfg.__dict__), "split": split,
-             **translation_rounds(models, dict.fromkeys(models, s.tokenizer), s.decode_cfg,
-                                  s.ctx, test_src, test_ref, s.data_cfg.tgt_lang,
-                                  s.settings.timing_rounds)}
-    speed["speedup"] = round(speed["full"]["best"] / speed["pruned"]["best"], 3)
-    atomic_write_json(s.out / "speed.json", speed)
-    return speed
 
 
 def study_heads(cfg):

@@ -9,7 +9,8 @@ from pathlib import Path
 from ..hardware.devices import use_numpy_interface
 from ..errors import ConfigError, FileWriteError
 from ..data.lines import file_chunks, stream_chunks
-from ..decoding.search import Translator, load_decoder
+from ..decoding.ensemble import ensemble_runs, load_decoders
+from ..decoding.search import Translator
 from .entry import decoding_options, hydra_command, typed
 from .paths import readable_file, writable_file
 
@@ -54,6 +55,8 @@ def check_attention_png(cfg):
     if backend_of(cfg) != "mtx":
         raise ConfigError("attention_png= needs mtx's decoder: give the training run as ckpt= "
                           "(a CTranslate2 export has no attention weights to draw)")
+    if cfg.get("ensemble"):
+        raise ConfigError("attention_png= draws one model's attention: drop ensemble=")
     path = Path(cfg.attention_png)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -92,11 +95,13 @@ def make_translator(cfg):
     decoder for a training run) -> (translator, DecodeConfig)."""
     from ..deploy import backend_of
     if backend_of(cfg) == "ctranslate2":
+        if cfg.get("ensemble"):
+            raise ConfigError("ensemble= needs mtx's decoder: give training runs (backend=mtx)")
         from ..deploy.backend import translator_for
         decode_cfg = typed(cfg, "decode")
         return translator_for(cfg, decode_cfg), decode_cfg
     decode_cfg, ctx = decoding_options(cfg)
-    model, tokenizer, _ = load_decoder(cfg.ckpt, ctx, cfg.checkpoint)
+    model, tokenizer, _ = load_decoders(ensemble_runs(cfg), ctx, cfg.checkpoint)
     return Translator(model, tokenizer, decode_cfg, ctx), decode_cfg
 
 

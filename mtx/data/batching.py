@@ -46,13 +46,25 @@ def _pad(rows):
     return batchify.Pad(pad_val=PAD, ret_length=True, dtype="int32")(rows)
 
 
+def source_batch(sentences):
+    """Source sentences (lists of ids, no EOS) -> what the encoder takes, as host int32 arrays:
+    src_tokens (B, S), each sentence's ids + EOS padded with PAD, and src_valid_len (B,). The
+    one place where a source gets its EOS (training, translation, attention)."""
+    lengths = onp.array([len(ids) + 1 for ids in sentences], "int32")
+    tokens = onp.full((len(sentences), int(lengths.max())), PAD, "int32")
+    for row, ids in enumerate(sentences):
+        tokens[row, :len(ids)] = ids
+        tokens[row, len(ids)] = EOS
+    return tokens, lengths
+
+
 def collate(src_ids, tgt_ids, ids):
     """Sentences (lists of ids, no specials) -> a padded `Batch` of sentences ``ids``."""
-    src, src_len = _pad([onp.array(src_ids[i] + [EOS], "int32") for i in ids])
+    src, src_len = source_batch([src_ids[i] for i in ids])
     tgt_in, tgt_len = _pad([onp.array([BOS] + tgt_ids[i], "int32") for i in ids])
     tgt_out, _ = _pad([onp.array(tgt_ids[i] + [EOS], "int32") for i in ids])
-    return Batch(src.asnumpy(), src_len.asnumpy().astype("int32"), tgt_in.asnumpy(),
-                 tgt_out.asnumpy(), tgt_len.asnumpy().astype("int32"), onp.array(ids, "int64"))
+    return Batch(src, src_len, tgt_in.asnumpy(), tgt_out.asnumpy(),
+                 tgt_len.asnumpy().astype("int32"), onp.array(ids, "int64"))
 
 
 def bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle, seed, num_buckets=NUM_BUCKETS):

@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from ..config import DataConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..files import atomic_copy, atomic_write_text, read_json, sha256_of
+from .lines import read_lines
 from .multi30k import load_multi30k
 from .toy import make_toy, toy_symbols
 from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer, train_sentencepiece
@@ -60,6 +61,24 @@ class Corpus:
         return keep
 
 
+class TrainingPairs:
+    """The training pairs (`Corpus.train_pairs`) as each epoch sees them: the same segmentation
+    every epoch, or with ``subword_dropout`` > 0 a new one from the epoch's seed."""
+
+    def __init__(self, corpus, max_pair_len, subword_dropout=0.0):
+        self.corpus, self.max_pair_len, self.subword_dropout = corpus, max_pair_len, subword_dropout
+        self.src, self.tgt = corpus.train_pairs(max_pair_len)
+
+    def __len__(self):
+        return len(self.src)
+
+    def for_epoch(self, seed):
+        """(source ids, target ids) of every pair, in the same order every epoch."""
+        if not self.subword_dropout:
+            return self.src, self.tgt
+        return self.corpus.resampled_train_pairs(self.max_pair_len, self.subword_dropout, seed)
+
+
 def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
     """Text and ids of every split. Without a ``tokenizer`` (a trained run's), one is built:
     the toy task's word list, or a joint SentencePiece model of the training split."""
@@ -68,12 +87,44 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
         tokenizer = tokenizer or WordTokenizer(toy_symbols(cfg.num_symbols))
     else:
         text = load_multi30k(cfg.src_lang, cfg.tgt_lang, cfg.raw_dir, data_dir)
-        if tokenizer is None:
+        if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
             train_src, train_tgt = text["train"]
             tokenizer = SentencePieceTokenizer(train_sentencepiece(
                 train_src + train_tgt, cfg.vocab_size, Path(data_dir) / "spm"))
+        if cfg.distilled_target:
+            text["train"] = distilled_pairs(text["train"], cfg.distilled_target,
+                                            cfg.distilled_with_references)
     ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
     return Corpus(text, ids, tokenizer)
+
+
+def distilled_pairs(pairs, path, with_references):
+    """Sequence-level distillation (Kim and Rush 2016): the training sources with a teacher's
+    translations of them (``path``: one line per source line, in order) as targets, alone or
+    beside the references (``with_references``: every source twice). DataError when the file
+    does not align with the sources or has an empty line."""
+    sources, references = pairs
+    try:
+        teacher = read_parallel_with(sources, path)
+    except DataError as err:
+        raise DataError(f"data.distilled_target: {err}") from None
+    if with_references:
+        return sources + sources, references + teacher
+    return list(sources), teacher
+
+
+def read_parallel_with(sources, path):
+    """The lines of ``path``, one per line of ``sources``, none empty."""
+    lines = read_lines(path)
+    if len(lines) != len(sources):
+        raise DataError(f"{path} has {len(lines)} lines but the training split has "
+                        f"{len(sources)} sources: give the teacher's translation of every "
+                        f"training source, in order (mtx-translate input=<train source file>)")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            raise DataError(f"{path}:{number}: empty translation; a teacher's output needs one "
+                            f"for every source")
+    return lines
 
 
 def tokenizer_sha256(tokenizer):

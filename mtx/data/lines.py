@@ -4,11 +4,13 @@ gets each translation as soon as its line is complete, and a burst of lines is o
 the line-in, line-out frame every translator shares (`LineTranslator`)."""
 import contextlib
 import gzip
+import logging
 import os
-import sys
 import zlib
 
 from ..errors import DataError
+
+log = logging.getLogger(__name__)
 
 BOM = "\ufeff"           # a byte-order mark some editors put before a file's first line
 FILE_CHUNK_LINES = 1000  # lines of a file read (and translated, and written) together
@@ -91,15 +93,15 @@ def read_parallel(src_path, tgt_path):
     return src, tgt
 
 
-def decode_line(raw, number, warn=sys.stderr):
+def decode_line(raw, number):
     """bytes -> str without the newline (nor line 1's byte-order mark); invalid UTF-8 is reported
     (with its line number) and becomes an empty line, so every input line still gets exactly one
     output line."""
     try:
         return _without_bom(raw.rstrip(b"\r\n").decode("utf-8"), number)
     except UnicodeDecodeError as err:
-        print(f"warning: line {number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
-              f"writing an empty line for it", file=warn)
+        log.warning("line %d: invalid UTF-8 (%s at byte %d); writing an empty line for it",
+                    number, err.reason, err.start)
         return ""
 
 
@@ -167,8 +169,8 @@ class LineTranslator:
         src_ids = self.tokenizer.encode(lines)
         for number, ids in enumerate(src_ids, first_line):
             if len(ids) > self.max_src_len:
-                print(f"warning: line {number} has {len(ids)} subwords; translating the first "
-                      f"{self.max_src_len}", file=sys.stderr)
+                log.warning("line %d has %d subwords; translating the first %d", number,
+                            len(ids), self.max_src_len)
                 del ids[self.max_src_len:]
         return nbest_texts(self.tokenizer, self.translate_ids(src_ids))
 

@@ -10,11 +10,10 @@ output limit (both in `mtx.decoding.search_rules`, which the CTranslate2 backend
 import numpy as onp
 from mxnet import np, npx
 
-from ..model import ops
-from ..data.batching import MAX_TRANSLATION_ROWS, length_groups
+from ..data.batching import MAX_TRANSLATION_ROWS, length_groups, source_batch
 from ..data.lines import LineTranslator
 from .search_rules import gnmt_penalty, output_limits
-from ..data.vocab import BOS, EOS, PAD, SPECIALS
+from ..data.vocab import BOS, EOS, SPECIALS
 
 NEG_INF = -1e30
 
@@ -27,20 +26,6 @@ def load_decoder(run_dir, ctx, which="auto"):
     model, tokenizer, data_cfg = load_run(run_dir, ctx, which)
     model.hybridize(static_alloc=True)
     return model, tokenizer, data_cfg
-
-
-def _keep_rows(state, rows, sentences=None):
-    """Reorder the decoder cache of R hypotheses (rows b*K + k) to rows ``rows`` (R',) int32 of
-    it; with ``sentences`` (R'/K,) int32 also keep only those sentences' source-side state.
-    Self caches are (R*H, t, Dh), cross caches (R/K*H, S, Dh) (`Transformer.init_state`)."""
-    hypotheses = state["src_valid_len"].shape[0] * state["beam_size"]  # R
-    for cache in state["caches"]:
-        cache["self"] = tuple(ops.take_groups(x, rows, hypotheses) for x in cache["self"])
-        if sentences is not None:
-            cache["cross"] = tuple(ops.take_groups(x, sentences, hypotheses // state["beam_size"])
-                                   for x in cache["cross"])
-    if sentences is not None:
-        state["src_valid_len"] = np.take(state["src_valid_len"], sentences, axis=0)
 
 
 def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.0,
@@ -87,9 +72,9 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
             origin = np.take(origin, rows_nd)
             tokens, raw, length, finished, limit = (np.take(x, rows_nd, axis=0) for x in
                                                     (tokens, raw, length, finished, limit))
-            _keep_rows(state, origin, np.array(keep, dtype="int32", ctx=ctx))
+            model.reorder_state(state, origin, np.array(keep, dtype="int32", ctx=ctx))
         else:
-            _keep_rows(state, origin)
+            model.reorder_state(state, origin)
     return results
 
 
@@ -146,20 +131,12 @@ def _read_off(results, alive, done, history, raw, length, K, alpha, nbest):
         results[alive[group]] = hyps[:nbest]
 
 
-def greedy_search(model, src_tokens, src_valid_len, max_len_a=1.5, max_len_b=10,
-                  head_gates=None):
-    """The argmax at every step: token ids per sentence (EOS removed)."""
-    return [hyps[0][0] for hyps in beam_search(model, src_tokens, src_valid_len, 1, 0.0,
-                                                max_len_a, max_len_b, 1, head_gates)]
-
-
 def attention_of(model, src_ids, out_ids, ctx, head_gates=None):
     """Every layer's attention in a teacher-forced pass of one sentence and its translation:
     source ids and output ids (no EOS) -> one host array (H, Tq, Tk) per attention layer in
     `ModelConfig.attention_layers` order; source positions are src_ids + EOS, target positions
     BOS + out_ids (the position each output token is predicted from)."""
-    src = np.array([src_ids + [EOS]], dtype="int32", ctx=ctx)  # (1, S)
-    src_len = np.array([len(src_ids) + 1], dtype="int32", ctx=ctx)  # (1,)
+    src, src_len = (np.array(a, ctx=ctx) for a in source_batch([src_ids]))  # (1, S), (1,)
     tgt_in = np.array([[BOS] + out_ids], dtype="int32", ctx=ctx)  # (1, T)
     weights = model.attention_weights(src, src_len, tgt_in, head_gates)  # (1*H, Tq, Tk) each
     return [w.asnumpy() for w in weights]
@@ -187,12 +164,7 @@ class Translator(LineTranslator):
         results = [None] * len(src_ids)
         for group in length_groups([len(ids) + 1 for ids in src_ids], self.cfg.batch_tokens,
                                    MAX_TRANSLATION_ROWS):
-            rows = [src_ids[j] for j in group]
-            S = max(len(r) for r in rows) + 1
-            src = onp.full((len(rows), S), PAD, "int32")
-            for r, ids in enumerate(rows):
-                src[r, :len(ids) + 1] = ids + [EOS]
-            src_len = onp.array([len(ids) + 1 for ids in rows], "int32")
+            src, src_len = source_batch([src_ids[j] for j in group])  # (B, S), (B,)
             hyps = beam_search(self.model, np.array(src, ctx=self.ctx),
                                np.array(src_len, ctx=self.ctx), self.cfg.beam_size,
                                self.cfg.length_penalty, self.cfg.max_len_a, self.cfg.max_len_b,

@@ -2,8 +2,6 @@
 model, speed."""
 import dataclasses
 import logging
-import math
-import typing
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -13,7 +11,7 @@ from mxnet import np
 from . import importance as heads
 from ..decoding.bleu import sacre_bleu
 from ..config import ConfigError
-from ..typecheck import is_number, is_whole
+from ..typecheck import check_settings, setting, shown
 from ..data.corpus import TOKENIZER_FILES
 from ..files import atomic_copy
 from ..runs.rundir import RunDir
@@ -21,45 +19,6 @@ from ..decoding.search import Translator
 
 log = logging.getLogger(__name__)
 METHODS = ("order", "l0")  # importance orders and their curves; learned gates (`mtx.heads.gates`)
-
-
-def setting(default, hint, *, low=None, above=None, high=None):
-    """A field of the study's settings: its default, and what to give (``hint``) when a value
-    does not have the field's type (int: whole; float: finite; Optional: or null) or is not
-    within the bounds ``low <= value``, ``above < value``, ``value <= high``."""
-    return field(default=default, metadata={"hint": hint, "low": low, "above": above,
-                                            "high": high})
-
-
-def shown(value):
-    """A setting as it is typed on the command line (null, not None)."""
-    return "null" if value is None else value
-
-
-def _fits(value, annotation, bounds):
-    """Whether ``value`` has the type ``annotation`` (bool, int, float, or Optional of one) and
-    is within ``bounds`` (`setting`)."""
-    kinds = typing.get_args(annotation) or (annotation,)
-    if value is None:
-        return type(None) in kinds
-    kind = next(k for k in kinds if k is not type(None))
-    if kind is bool:
-        return isinstance(value, bool)
-    if not (is_whole(value) if kind is int else is_number(value) and math.isfinite(value)):
-        return False
-    low, above, high = bounds["low"], bounds["above"], bounds["high"]
-    return ((low is None or value >= low) and (above is None or value > above)
-            and (high is None or value <= high))
-
-
-def check_settings(settings, prefix=""):
-    """Every `setting` field of the dataclass ``settings`` fits, else a ConfigError for the first
-    that does not: ``<prefix><name>=<value>: give <hint>``."""
-    annotations = typing.get_type_hints(type(settings))
-    for f in dataclasses.fields(settings):
-        value = getattr(settings, f.name)
-        if "hint" in f.metadata and not _fits(value, annotations[f.name], f.metadata):
-            raise ConfigError(f"{prefix}{f.name}={shown(value)}: give {f.metadata['hint']}")
 
 
 @dataclass(frozen=True)
@@ -229,5 +188,5 @@ def save_pruned_run(pruned, run_dir, out_dir, meta):
     for name in (*TOKENIZER_FILES, "data.json"):
         if (source.path / name).is_file():
             atomic_copy(source.path / name, pruned_run.path / name)
-    pruned_run.write_json("model.json", dataclasses.asdict(pruned.cfg))
+    pruned_run.write_model_config(pruned.cfg)
     pruned_run.checkpoints.save("best", pruned, **meta)

@@ -4,6 +4,7 @@ from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
 
 from ..config import ModelConfig
+from . import ops
 from .decoder import Decoder
 from .encoder import Encoder
 from .layers import TokenEmbedding
@@ -128,6 +129,19 @@ class Transformer(HybridBlock):
         state["t"] += 1
         logits = self.output(hidden)[:, 0, :]  # (B*K, 1, V) -> (B*K, V)
         return npx.log_softmax(logits, axis=-1), cross_weights
+
+    def reorder_state(self, state, rows, sentences=None):
+        """Keep the decoder caches of hypotheses ``rows`` (R',) int32 of the R = sentences * K
+        (rows b*K + k; self caches (R*H, t, Dh)); with ``sentences`` (R'/K,) int32 also only
+        those sentences' source side (cross caches (R/K*H, S, Dh), lengths)."""
+        hypotheses = state["src_valid_len"].shape[0] * state["beam_size"]  # R
+        for cache in state["caches"]:
+            cache["self"] = tuple(ops.take_groups(x, rows, hypotheses) for x in cache["self"])
+            if sentences is not None:
+                cache["cross"] = tuple(ops.take_groups(x, sentences, hypotheses // state["beam_size"])
+                                       for x in cache["cross"])
+        if sentences is not None:
+            state["src_valid_len"] = np.take(state["src_valid_len"], sentences, axis=0)
 
     def attention_weights(self, src_tokens, src_valid_len, tgt_in, head_gates=None):
         """Teacher-forced pass (imperative) -> one (B*H, Tq, Tk) weight array per attention

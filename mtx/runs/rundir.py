@@ -53,7 +53,7 @@ class RunDir:
         """Write what describes the run (atomically; after `mtx.runs.resume.check_identity`)."""
         self.checkpoints.folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path / "run.json", identity)
-        atomic_write_json(self.path / "model.json", dataclasses.asdict(model_cfg))
+        self.write_model_config(model_cfg)
         atomic_write_json(self.path / "data.json", to_keys(data_cfg))
         if resolved_config_yaml is not None:
             atomic_write_text(self.path / "config.yaml", resolved_config_yaml)
@@ -74,6 +74,10 @@ class RunDir:
 
     def model_config(self):
         return read_config(ModelConfig, self.path / "model.json", "model config")
+
+    def write_model_config(self, model_cfg):
+        """model.json: the ModelConfig that rebuilds the run's model (atomically)."""
+        atomic_write_json(self.path / "model.json", dataclasses.asdict(model_cfg))
 
     def data_config(self):
         """The run's DataConfig, or None for a run without data.json (one built in code)."""

@@ -30,16 +30,13 @@ class Fit:
     """Trains ``pieces`` (`build.Pieces`) on ``corpus`` into the `RunDir` ``run`` (written by
     the chief worker only); ``state`` is everything resume needs."""
 
-    def __init__(self, pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed,
-                 resegment=None):
-        """``train_pairs``: (source ids, target ids) of the training split to train on;
-        ``resegment``: None, or seed -> the same pairs segmented anew for an epoch."""
-        self.pieces, self.corpus, self.resegment = pieces, corpus, resegment
+    def __init__(self, pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed):
+        """``train_pairs``: the `TrainingPairs` to train on."""
+        self.pieces, self.corpus, self.train_pairs = pieces, corpus, train_pairs
         self.train_cfg, self.decode_cfg = train_cfg, decode_cfg
         self.run_dir, self.parallel, self.seed = run, parallel, seed
         self.state = TrainState()
-        self.train_src, self.train_tgt = train_pairs
-        self.times_seen = onp.zeros(len(self.train_src), "int64")  # per training pair, here
+        self.times_seen = onp.zeros(len(train_pairs), "int64")  # per training pair, here
         self.checkpointing = Checkpointing(run, pieces, train_cfg)
         self.clock, self.stop_signals = Clock(train_cfg.max_minutes), StopSignals()
 
@@ -60,8 +57,8 @@ class Fit:
         """The rest of the current epoch; False when the wall-clock budget cut it short."""
         state, cfg, parallel, finished = self.state, self.train_cfg, self.parallel, False
         seed = epoch_seed(self.seed, state.epoch)
-        src, tgt = self.resegment(seed) if self.resegment else (self.train_src, self.train_tgt)
-        batches = bucket_batches(src, tgt, cfg.batch_tokens, shuffle=True, seed=seed)
+        batches = bucket_batches(*self.train_pairs.for_epoch(seed), cfg.batch_tokens,
+                                 shuffle=True, seed=seed)
         records = self.run_dir.records if parallel.is_chief else None
         with EpochLog(state, cfg, self.clock, records, len(batches), self.seed) as epoch_log:
             spent = lambda: budget_spent(cfg, state, self.clock, parallel, len(batches))

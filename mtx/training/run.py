@@ -2,10 +2,10 @@
 checkpoint choice and the test scores (report.json)."""
 import contextlib
 import dataclasses
-import functools
 import logging
 
 from ..data.corpus import (
+    TrainingPairs,
     load_corpus,
     load_tokenizer,
     save_tokenizer,
@@ -35,7 +35,7 @@ def quiet_log_files():
 
 
 def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is_chief):
-    """The corpus, its training pairs (`Corpus.train_pairs`) and the model config with its
+    """The corpus, its `TrainingPairs` and the model config with its
     vocabulary size. A resumed run uses its own tokenizer and is checked against the run
     directory before anything in it is written."""
     # a run with no resume point yet starts again with the settings (and tokenizer) given now
@@ -55,7 +55,7 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
                           f"raise model.max_len")
     corpus = load_corpus(data_cfg, data_dir, seed, load_tokenizer(run.path) if resuming else None)
     # none left: a ConfigError, before the run directory is written
-    train_pairs = corpus.train_pairs(data_cfg.max_pair_len)
+    train_pairs = TrainingPairs(corpus, data_cfg.max_pair_len, data_cfg.subword_dropout)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
     if resuming:
@@ -100,14 +100,13 @@ def _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data
                                                  seed, config_yaml, False)
         precision = choose_precision(train_cfg.precision, ctxs, run.recorded_precision())
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore, precision)
-    fit = Fit(pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed,
-              resegmenter(corpus, data_cfg))
+    fit = Fit(pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed)
     restored = train_cfg.resume and fit.restore()
     if train_cfg.resume and not restored:
         log.warning("train.resume=true but %s has no checkpoint yet: a new run starts there "
                     "(check hydra.run.dir if you meant to continue another)", run.path)
     log.info("model: %s parameters; %d training pairs; devices %s; worker %d of %d",
-             f"{fit.model.count_parameters():,}", len(fit.train_src), ctxs, parallel.rank,
+             f"{fit.model.count_parameters():,}", len(fit.train_pairs), ctxs, parallel.rank,
              parallel.num_workers)
     steps_before = fit.state.step
     with fit.stop_signals:  # from the first step to the last test set
@@ -139,7 +138,7 @@ def continue_training(model, corpus, data_cfg, train_cfg, decode_cfg, run_dir, c
     """Train ``model`` (e.g. a pruned one) further on ``corpus``'s training split in a new run
     directory; returns (the model the run chose, its choice)."""
     fit = new_fit(corpus, model.cfg, data_cfg, train_cfg, decode_cfg, run_dir, [ctx], seed)
-    fit.run_dir.write_json("model.json", dataclasses.asdict(model.cfg))
+    fit.run_dir.write_model_config(model.cfg)
     for name, param in fit.model._collect_params_with_prefix().items():
         param.set_data(model._collect_params_with_prefix()[name].data(ctx))
     fit.run()
@@ -154,13 +153,5 @@ def new_fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctxs, s
     seed_everything(seed)  # the initial parameters
     parallel = DataParallel(ctxs, train_cfg.kvstore)
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore)
-    return Fit(pieces, corpus, corpus.train_pairs(data_cfg.max_pair_len), train_cfg, decode_cfg,
-               run, parallel, seed, resegmenter(corpus, data_cfg))
-
-
-def resegmenter(corpus, data_cfg):
-    """seed -> the training pairs under `data.subword_dropout`, or None when it is 0."""
-    if not data_cfg.subword_dropout:
-        return None
-    return functools.partial(corpus.resampled_train_pairs, data_cfg.max_pair_len,
-                             data_cfg.subword_dropout)
+    train_pairs = TrainingPairs(corpus, data_cfg.max_pair_len, data_cfg.subword_dropout)
+    return Fit(pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed)

@@ -1,0 +1,71 @@
+"""Several trained runs decoding as one model (mtx-translate and mtx-evaluate ``ensemble=``): at
+every step of the beam search, the mean of the models' log-probabilities of the next token, each
+model keeping its own decoder state. The runs must share one vocabulary (the same tokenizer).
+"""
+import dataclasses
+
+from ..errors import ConfigError, MtxError
+
+
+class Ensemble:
+    """What `mtx.decoding.search.beam_search` and `Translator` use of a `Transformer` (``cfg``,
+    `init_state`, `step`, `reorder_state`), over ``models``."""
+
+    def __init__(self, models):
+        self.models = list(models)
+        first = self.models[0].cfg
+        # the shortest positional table bounds every model's outputs
+        self.cfg = dataclasses.replace(first, max_len=min(m.cfg.max_len for m in self.models))
+
+    def init_state(self, src_tokens, src_valid_len, head_gates=None, beam_size=1):
+        """One decoder state per model (`Transformer.init_state`); head gates are one model's."""
+        if head_gates is not None:
+            raise ConfigError("head gates switch off one model's heads; they do not apply to an "
+                              "ensemble (decode with one run)")
+        return [m.init_state(src_tokens, src_valid_len, None, beam_size) for m in self.models]
+
+    def step(self, tokens, states):
+        """tokens (R,) -> the models' mean log-probabilities (R, V); no attention weights."""
+        log_probs = [m.step(tokens, state)[0] for m, state in zip(self.models, states)]
+        return sum(log_probs[1:], log_probs[0]) / len(log_probs), None
+
+    def reorder_state(self, states, rows, sentences=None):
+        for model, state in zip(self.models, states):
+            model.reorder_state(state, rows, sentences)
+
+
+def ensemble_runs(cfg):
+    """``ckpt=`` and the runs of ``ensemble=`` (a list of training run directories, or one),
+    each checked to be a training run, before any loads."""
+    from ..runs.rundir import require_run
+    extra = cfg.get("ensemble") or []
+    extra = [extra] if isinstance(extra, str) else list(extra)
+    for run_dir in extra:
+        if not isinstance(run_dir, str):
+            raise ConfigError(f"ensemble={extra}: give training run directories, e.g. "
+                              f"ensemble=[outputs/run2,outputs/run3]")
+        try:
+            require_run(run_dir)
+        except MtxError as err:
+            raise ConfigError(f"ensemble: {str(err).replace('ckpt=', '', 1)}") from None
+    return [cfg.ckpt, *extra]
+
+
+def load_decoders(run_dirs, ctx, which="auto"):
+    """(model, tokenizer, the first run's DataConfig) of one run directory, or of several as an
+    `Ensemble` (`load_decoder` each; checkpoint ``which`` of each); a run whose tokenizer differs
+    from the first's is one ConfigError."""
+    from ..data.corpus import tokenizer_sha256
+    from .search import load_decoder
+    model, tokenizer, data_cfg = load_decoder(run_dirs[0], ctx, which)
+    if len(run_dirs) == 1:
+        return model, tokenizer, data_cfg
+    models, vocabulary = [model], tokenizer_sha256(tokenizer)
+    for run_dir in run_dirs[1:]:
+        other, other_tokenizer, _ = load_decoder(run_dir, ctx, which)
+        if tokenizer_sha256(other_tokenizer) != vocabulary:
+            raise ConfigError(f"ensemble: {run_dir} has another vocabulary than {run_dirs[0]} "
+                              f"(another tokenizer); an ensemble needs runs trained with one "
+                              f"vocabulary (the same data and data.vocab_size)")
+        models.append(other)
+    return Ensemble(models), tokenizer, data_cfg

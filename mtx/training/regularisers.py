@@ -1,0 +1,39 @@
+"""Regularisers of a training step beside dropout and label smoothing: word dropout on the inputs
+(`drop_words`) and R-Drop's consistency between two dropout passes (`rdrop_loss`)."""
+import dataclasses
+
+import numpy as onp
+
+from ..data.vocab import EOS, UNK
+
+
+def drop_words(batch, probability, seed):
+    """The host `Batch` with each source subword and decoder-input subword (not BOS, EOS or PAD)
+    replaced by UNK with ``probability``; the loss's targets (tgt_out) are unchanged. The same
+    ``seed`` drops the same words."""
+    rng = onp.random.default_rng(seed)
+    dropped = {}
+    for name in ("src_tokens", "tgt_in"):
+        tokens = getattr(batch, name).copy()  # (B, S) or (B, T)
+        tokens[(rng.random(tokens.shape) < probability) & (tokens > EOS)] = UNK
+        dropped[name] = tokens
+    return dataclasses.replace(batch, **dropped)
+
+
+def rdrop_loss(pieces, src, src_len, tgt_in, tgt_out, tgt_len, alpha):
+    """R-Drop (Liang et al. 2021): the rows through the model twice in one call (the batch
+    stacked on itself, (2B, ...)), so each pass has its own dropout -> (loss, nll): the passes'
+    mean smoothed loss plus ``alpha`` / 4 times the symmetric KL between their output
+    distributions (the paper's sum of the two losses with alpha / 2, halved), and their mean
+    nll; both summed over the valid target tokens."""
+    from mxnet import np, npx
+    twice = lambda x: np.concatenate([x, x], axis=0)  # noqa: E731
+    logits = pieces.model(twice(src), twice(src_len), twice(tgt_in))  # (2B, T, V)
+    loss, nll = pieces.loss_fn(logits, twice(tgt_out), twice(tgt_len))
+    B, T = src.shape[0], tgt_in.shape[1]
+    log_probs = npx.log_softmax(logits.astype("float32"), axis=-1)
+    first, second = log_probs[:B], log_probs[B:]
+    both_ways = ((np.exp(first) - np.exp(second)) * (first - second)).sum(axis=-1)  # (B, T)
+    valid = (np.arange(T, ctx=src.ctx).reshape(1, -1)
+             < tgt_len.reshape(-1, 1).astype("float32")).astype("float32")  # (B, T)
+    return loss / 2 + alpha / 4 * (both_ways * valid).sum(), nll / 2

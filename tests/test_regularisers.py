@@ -1,0 +1,83 @@
+"""The training step's regularisers beside dropout: word dropout on the inputs and R-Drop's
+consistency term, each checked against what it must equal when it cannot act, and a short toy
+run with both."""
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import mxnet as mx
+import numpy as onp
+import pytest
+from mxnet import autograd, np
+
+from mtx.config import TrainConfig
+from mtx.data.batching import collate
+from mtx.data.vocab import BOS, EOS, PAD, UNK
+from mtx.errors import ConfigError
+from mtx.model.transformer import Transformer
+from mtx.training.loss import label_smoothed_loss
+from mtx.training.regularisers import drop_words, rdrop_loss
+
+
+def _batch(rows=16, seed=0):
+    rng = onp.random.RandomState(seed)
+    src = [list(rng.randint(4, 30, rng.randint(3, 10))) for _ in range(rows)]
+    tgt = [list(rng.randint(4, 30, rng.randint(3, 10))) for _ in range(rows)]
+    return collate(src, tgt, list(range(rows)))
+
+
+def test_word_dropout_replaces_only_input_subwords_and_is_seeded():
+    batch = _batch()
+    dropped = drop_words(batch, 0.3, seed=7)
+    assert onp.array_equal(dropped.tgt_out, batch.tgt_out)  # the loss's targets stay
+    for name in ("src_tokens", "tgt_in"):
+        before, after = getattr(batch, name), getattr(dropped, name)
+        changed = before != after
+        assert (after[changed] == UNK).all() and (before[changed] > EOS).all()
+        specials = onp.isin(before, [PAD, BOS, EOS])
+        assert onp.array_equal(after[specials], before[specials])
+        assert 0.15 < changed.sum() / (before > EOS).sum() < 0.45
+    again = drop_words(batch, 0.3, seed=7)
+    assert onp.array_equal(again.src_tokens, dropped.src_tokens)
+    assert not onp.array_equal(drop_words(batch, 0.3, seed=8).src_tokens, dropped.src_tokens)
+
+
+def _pieces(cfg):
+    model = Transformer(cfg)
+    model.initialize(mx.init.Xavier())
+    return SimpleNamespace(model=model, loss_fn=label_smoothed_loss(cfg.vocab_size, 0.1, mx.cpu()))
+
+
+def test_rdrop_without_dropout_is_the_plain_loss_and_with_it_adds_a_positive_term(tiny_cfg):
+    batch = _batch()
+    src, src_len, tgt_in, tgt_out, tgt_len = (np.array(a) for a in (
+        batch.src_tokens, batch.src_valid_len, batch.tgt_in, batch.tgt_out, batch.tgt_valid_len))
+    pieces = _pieces(tiny_cfg)  # no dropout: both passes agree, the KL term is 0
+    with autograd.record():
+        plain, plain_nll = pieces.loss_fn(pieces.model(src, src_len, tgt_in), tgt_out, tgt_len)
+        paired, paired_nll = rdrop_loss(pieces, src, src_len, tgt_in, tgt_out, tgt_len, 5.0)
+    assert float(paired) == pytest.approx(float(plain), rel=1e-5)
+    assert float(paired_nll) == pytest.approx(float(plain_nll), rel=1e-5)
+    noisy = _pieces(dataclasses.replace(tiny_cfg, dropout=0.3))
+    with autograd.record():  # training mode: each pass its own dropout
+        base, _ = rdrop_loss(noisy, src, src_len, tgt_in, tgt_out, tgt_len, 0.0)
+        mx.random.seed(3)
+        weighted, _ = rdrop_loss(noisy, src, src_len, tgt_in, tgt_out, tgt_len, 5.0)
+        mx.random.seed(3)
+        unweighted, _ = rdrop_loss(noisy, src, src_len, tgt_in, tgt_out, tgt_len, 0.0)
+    assert math.isfinite(float(base)) and float(weighted) > float(unweighted)
+
+
+@pytest.mark.parametrize("settings, words", [({"rdrop_alpha": -1.0}, "train.rdrop_alpha"),
+                                             ({"rdrop_from": 1.0}, "train.rdrop_from=1.0"),
+                                             ({"word_dropout": 1.0}, "train.word_dropout=1.0")])
+def test_regulariser_settings_out_of_range_are_refused(settings, words):
+    with pytest.raises(ConfigError, match=words):
+        TrainConfig(**settings)
+
+
+def test_a_short_run_with_both_regularisers_trains(tmp_path):
+    from tests.test_training import _short_fit
+    _, fit = _short_fit(tmp_path, seed=5, rdrop_alpha=5.0, word_dropout=0.1)
+    records = (fit.run_dir.path / "metrics.jsonl").read_text().splitlines()
+    assert records and fit.state.step > 0 and all("NaN" not in r for r in records)
