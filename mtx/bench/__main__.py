@@ -70,7 +70,7 @@ def run_measurement(args):
     """`train` or `decode`: one implementation here, several in children -> (report, tables)."""
     kind = args.command
     several_runs = kind == "decode" and len(decode_runs(args.run)) > 1
-    names = (impl_names(args, TRAIN_IMPLS, train_default()) if kind == "train" else
+    names = (impl_names(args, TRAIN_IMPLS, args.impl or train_default()) if kind == "train" else
              impl_names(args, DECODE_IMPLS, "mtx" if several_runs else ",".join(DECODE_DEFAULT)))
     if several_runs and (len(names) != 1 or names[0] not in MTX_PRECISIONS):
         raise ConfigError(f"--run {args.run}: several runs are timed with one implementation, "
