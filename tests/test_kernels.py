@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as onp
 import pytest
 from mxnet import autograd, np
+from mxnet import ndarray as mx_nd
 from mxnet.gluon import nn
 
 from mtx import kernels
@@ -100,6 +101,27 @@ def test_fused_cross_entropy_matches_the_composed_one(hybridize, eps, label_dtyp
     onp.testing.assert_allclose(ours[2], reference[2], rtol=1e-4, atol=1e-6)
     assert (ours[2][1, 2:] == 0).all() and (ours[2][2] == 0).all()  # masked: exact zeros
     assert abs(ours[2][0]).max() > 0.1  # not a trivial gradient
+
+
+@needs_compiler
+@pytest.mark.parametrize("k", [1, 5, 301])
+def test_fused_top_log_probs_match_log_softmax_then_topk(k):
+    """mtx_top_log_probs against MXNet's log_softmax + topk: the same ids in the same order and
+    the same log-probabilities, on logits far from zero; of two equal logits the lower id comes
+    first (MXNet's topk orders ties one way or the other)."""
+    assert kernels.load()
+    rng = onp.random.RandomState(0)
+    logits = rng.normal(0, 8, size=(7, 301)).astype("float32") + 50
+    logits[3, [10, 20]] = logits[3].max() + 1.0  # two best tokens of equal logits
+    x = np.array(logits)
+    ours = [a.asnumpy() for a in ops.top_log_probs(mx_nd, x, k, native=True)]
+    theirs = [a.asnumpy() for a in ops.top_log_probs(mx_nd, x, k, native=False)]
+    untied = [0, 1, 2, 4, 5, 6]
+    onp.testing.assert_array_equal(ours[1][untied], theirs[1][untied])
+    assert ours[1][3, 0] == 10 and (k == 1 or ours[1][3, 1] == 20)
+    onp.testing.assert_array_equal(ours[1][3, 2:], theirs[1][3, 2:])
+    onp.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-5)
+    assert (onp.diff(ours[0], axis=1) <= 0).all()
 
 
 def test_layer_norm_keeps_the_parameter_names_of_nn_layer_norm():

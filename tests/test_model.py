@@ -194,6 +194,30 @@ def test_incremental_decoding_equals_full_forward(tiny_cfg, num_heads, pre_norm,
     assert state["t"] == T
 
 
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_step_top_gives_the_best_next_tokens_of_the_rows_asked_for(tiny_cfg, hybridize):
+    """`step_top` (the beam search's step): each row's k best next tokens and log-probabilities
+    as `step`'s full distribution has them; with ``rows``, only those rows get them (the
+    others, hypotheses that have ended, zeros), and the caches still advance for every row."""
+    net = _model(tiny_cfg)
+    if hybridize:
+        net.hybridize(static_alloc=True)
+    src, src_lens, tgt = _batch(tiny_cfg)
+    full, top = net.init_state(src, src_lens), net.init_state(src, src_lens)
+    for t in range(3):
+        log_probs, _ = net.step(tgt[:, t], full)
+        want_lp, want_ids = (x.asnumpy() for x in npx.topk(log_probs, k=3, axis=-1,
+                                                           ret_typ="both"))
+        rows = None if t == 0 else onp.array([1])
+        top_lp, top_ids = (x.asnumpy() for x in net.step_top(tgt[:, t], top, 3, rows))
+        asked = [0, 1] if rows is None else [1]
+        onp.testing.assert_allclose(top_lp[asked], want_lp[asked], rtol=1e-5, atol=1e-5)
+        onp.testing.assert_array_equal(top_ids[asked], want_ids[asked])
+        if rows is not None:
+            assert (top_lp[0] == 0).all() and (top_ids[0] == 0).all()
+    assert full["t"] == top["t"] == 3
+
+
 # -- bfloat16 matrix multiplies -------------------------------------------------------------------
 
 @pytest.mark.parametrize("hybridize", [False, True])

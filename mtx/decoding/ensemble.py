@@ -4,12 +4,14 @@ model keeping its own decoder state. The runs must share one vocabulary (the sam
 """
 import dataclasses
 
+from mxnet import npx
+
 from ..errors import ConfigError, MtxError
 
 
 class Ensemble:
     """What `mtx.decoding.search.beam_search` and `Translator` use of a `Transformer` (``cfg``,
-    `init_state`, `step`, `reorder_state`), over ``models``."""
+    `init_state`, `step`, `step_top`, `reorder_state`), over ``models``."""
 
     def __init__(self, models):
         self.models = list(models)
@@ -28,6 +30,11 @@ class Ensemble:
         """tokens (R,) -> the models' mean log-probabilities (R, V); no attention weights."""
         log_probs = [m.step(tokens, state)[0] for m, state in zip(self.models, states)]
         return sum(log_probs[1:], log_probs[0]) / len(log_probs), None
+
+    def step_top(self, tokens, states, k, rows=None):
+        """`step`'s ``k`` best next tokens of every row (``rows`` is a hint the ensemble does
+        not take): (log-probabilities (R, k), ids (R, k))."""
+        return npx.topk(self.step(tokens, states)[0], k=k, axis=-1, ret_typ="both")
 
     def reorder_state(self, states, rows, sentences=None):
         for model, state in zip(self.models, states):

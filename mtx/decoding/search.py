@@ -8,14 +8,13 @@ output limit (both in `mtx.decoding.search_rules`, which the CTranslate2 backend
 """
 
 import numpy as onp
-from mxnet import np, npx
+from mxnet import np
 
 from ..data.batching import MAX_TRANSLATION_ROWS, length_groups, source_batch
 from ..data.lines import LineTranslator
-from .search_rules import gnmt_penalty, output_limits
 from ..data.vocab import BOS, EOS, SPECIALS
-
-NEG_INF = -1e30
+from .beam_step import NEG_INF, beam_step, candidates
+from .search_rules import gnmt_penalty, output_limits
 
 
 def load_decoder(run_dir, ctx, which="auto"):
@@ -36,8 +35,9 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
 
     Each step keeps, per hypothesis, only its K best next tokens (the length penalty is the same
     for every token of a hypothesis, so the sentence's K best candidates are among those), then
-    ranks the K*K candidates of each sentence. A sentence whose K hypotheses have all ended leaves
-    the batch: its result is read off the history and its rows are dropped from the cache."""
+    ranks the K*K candidates of each sentence. When a sentence's K hypotheses have all ended its
+    result is read off the history; ended sentences leave the batch (and the cache) together,
+    once a quarter of the batch has ended."""
     B, K = src_tokens.shape[0], beam_size
     ctx = src_tokens.ctx
     limits = output_limits(src_valid_len.asnumpy(), max_len_a, max_len_b, model.cfg.max_src_len)
@@ -50,65 +50,43 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
     raw = np.array(onp.tile([0.0] + [NEG_INF] * (K - 1), B), dtype="float32", ctx=ctx)
     finished = np.zeros((B * K,), ctx=ctx)
     length = np.zeros((B * K,), ctx=ctx)  # (B*K,) incl. EOS; frozen at EOS or at the limit
+    extend = beam_step(K, model.cfg.vocab_size, length_penalty)
+    C = candidates(K, model.cfg.vocab_size)
     history = []  # per step, host arrays over that step's rows: (tokens, rows of the step before)
     results = [None] * B
+    read = onp.zeros(B, bool)  # per sentence in the batch: its results are stored
+    going_on = None  # host: the rows whose hypothesis has not ended (None: all)
     for t in range(steps):
-        log_probs, _ = model.step(tokens, state)  # (R, V), R = live sentences * K
-        tokens, raw, length, finished, origin = _extend(log_probs, raw, length, finished,
-                                                        limit <= t, K, length_penalty)
+        # (R, C), R = sentences * K; an ended hypothesis needs no output layer
+        top_lp, top_ids = model.step_top(tokens, state, C, going_on)
+        tokens, raw, length, finished, origin = extend(top_lp, top_ids, raw, length, finished,
+                                                       limit <= t)
         history.append((tokens.asnumpy(), origin.asnumpy()))
-        done = finished.asnumpy().reshape(-1, K).min(axis=1) > 0  # (R/K,) all K ended
+        ended = finished.asnumpy()  # (R,) in the next step's rows
+        done = ended.reshape(-1, K).min(axis=1) > 0  # (R/K,) all K ended
         if done.all() or t == steps - 1:
-            _read_off(results, alive, onp.ones_like(done), history, raw, length, K,
-                      length_penalty, nbest)
+            _read_off(results, alive, ~read, history, raw, length, K, length_penalty, nbest)
             break
-        if done.any():
-            _read_off(results, alive, done, history, raw, length, K, length_penalty, nbest)
-            keep = onp.flatnonzero(~done)  # sentences that go on, in (R/K,)
+        if (done & ~read).any():
+            _read_off(results, alive, done & ~read, history, raw, length, K, length_penalty,
+                      nbest)
+            read |= done
+        # Ended sentences go on (EOS at no cost) until a quarter of the batch has: dropping
+        # rows changes the step's shapes, and a hybridized step plans its memory again.
+        if read.sum() * 4 >= len(read):
+            keep = onp.flatnonzero(~read)  # sentences that go on, in (R/K,)
             rows = (keep[:, None] * K + onp.arange(K)).reshape(-1)  # their rows, in (R,)
             history.append((None, rows))  # a step that only renumbers rows
-            alive = alive[keep]
+            alive, read, ended = alive[keep], read[keep], ended[rows]
             rows_nd = np.array(rows, dtype="int32", ctx=ctx)
             origin = np.take(origin, rows_nd)
             tokens, raw, length, finished, limit = (np.take(x, rows_nd, axis=0) for x in
                                                     (tokens, raw, length, finished, limit))
             model.reorder_state(state, origin, np.array(keep, dtype="int32", ctx=ctx))
-        else:
+        elif K > 1:  # with one hypothesis per sentence every row extends itself
             model.reorder_state(state, origin)
+        going_on = onp.flatnonzero(ended == 0)
     return results
-
-
-def _extend(log_probs, raw, length, finished, at_limit, K, alpha):
-    """One step of the beam: the log-probabilities (R, V) of the next token after each of the
-    R = sentences * K hypotheses, with their sums of log-probabilities ``raw`` (R,), lengths
-    (R,), ``finished`` (R,) and ``at_limit`` (R, 1) (their output limit reached) -> each
-    sentence's K best extensions: (tokens (R,) int32, raw (R,), length (R,), finished (R,),
-    origin (R,) int32: the row of the step before that each extends)."""
-    ctx = log_probs.ctx
-    R, V = log_probs.shape
-    top_lp, top_ids = npx.topk(log_probs, k=min(K, V), axis=-1, ret_typ="both")  # (R, C)
-    C = top_lp.shape[1]
-    stop = (finished.reshape(-1, 1) + at_limit.astype("float32")) > 0  # (R, 1)
-    # a stopped hypothesis has one continuation, EOS at no cost (and no added length)
-    top_lp = np.where(stop, _eos_only_scores(C, ctx), top_lp)
-    top_ids = np.where(stop, float(EOS), top_ids)
-    cand_raw = raw.reshape(-1, 1) + top_lp  # (R, C)
-    new_len = length.reshape(-1, 1) + 1 - stop.astype("float32")  # (R, 1)
-    cand = npx.reshape(cand_raw / gnmt_penalty(new_len, alpha), (-1, K * C))  # (R/K, K*C)
-    best = npx.topk(cand, k=K, axis=-1, ret_typ="indices", dtype="float32")  # (R/K, K)
-    beam = np.floor(best / C)  # which of the sentence's beams each winner extends
-    offsets = np.arange(R // K, dtype="float32", ctx=ctx).reshape(-1, 1) * K
-    origin = (beam + offsets).reshape(-1).astype("int32")  # (R,) rows of the step before
-    picked = (origin * C + (best - beam * C).reshape(-1).astype("int32"))  # (R,) in (R*C,)
-    tokens = np.take(top_ids.reshape(-1), picked).astype("int32")
-    finished = np.maximum(np.take(finished, origin), (tokens == EOS).astype("float32"))
-    return (tokens, np.take(cand_raw.reshape(-1), picked), np.take(new_len.reshape(-1), origin),
-            finished, origin)
-
-
-def _eos_only_scores(C, ctx):
-    """(1, C): the first candidate (EOS) at no cost, the others impossible."""
-    return np.array([[0.0] + [NEG_INF] * (C - 1)], dtype="float32", ctx=ctx)
 
 
 def _read_off(results, alive, done, history, raw, length, K, alpha, nbest):

@@ -1,8 +1,9 @@
 """mtx's native CPU kernels: C++ operators for MXNet 1.9's custom-operator library API.
 
-Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.model.layers.LayerNorm`, and
-``mtx_smoothed_ce`` (cross_entropy.cc), used by `mtx.training.loss.LabelSmoothedCrossEntropy`. They are
-CPU-only; on a machine with a GPU, MXNet's CUDA operators run instead.
+Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.model.layers.LayerNorm`,
+``mtx_smoothed_ce`` (cross_entropy.cc), used by `mtx.training.loss.LabelSmoothedCrossEntropy`, and
+``mtx_top_log_probs`` (top_log_probs.cc), used by `mtx.model.ops.top_log_probs` in the beam
+search. They are CPU-only; on a machine with a GPU, MXNet's CUDA operators run instead.
 
 The sources are compiled on first use (or by ``make install``) with ``$CXX`` (default ``g++``;
 extra flags from ``$CXXFLAGS``) against the headers the MXNet wheel ships
@@ -15,14 +16,15 @@ and only when its bytes are those that were built:
   user owns, or that group or others may access, is not used.
 - in it, ``libmtx_kernels-<key>.so`` and ``libmtx_kernels-<key>.so.sha256`` (the library's SHA-256
   in ``sha256sum`` format, written atomically after the library). ``<key>`` (`cache_key`) hashes
-  the sources, the MXNet version, the CPU's instruction-set flags (the build uses
+  the sources and their header, the MXNet version, the CPU's instruction-set flags (the build uses
   ``-march=native``), the compiler's path and ``--version`` line and the full compile command.
   A library that does not match its recorded SHA-256 is not loaded: mtx warns and rebuilds it.
   A library without a record (a build cut short) is rebuilt. ``.lock`` serialises builds.
 
 When the kernels cannot be used (``MTX_NATIVE_KERNELS=0``, no compiler, a failed compile, an
 unsafe cache directory) mtx warns once (`NativeKernelWarning`) and runs MXNet's LayerNorm and
-MXNet's operators for the loss: same numbers, slower (docs/performance.md). `status` says which
+MXNet's operators for the loss and the search's top-k: same numbers, slower
+(docs/performance.md). `status` says which
 LayerNorm this process runs and why, for training reports and benchmarks.
 """
 import fcntl
@@ -43,7 +45,9 @@ from ..hardware.cpu import flags_line
 from ..datadir import cache_home
 from ..errors import FileWriteError
 
-SOURCES = [Path(__file__).with_name(name) for name in ("layer_norm.cc", "cross_entropy.cc")]
+SOURCES = [Path(__file__).with_name(name)
+           for name in ("layer_norm.cc", "cross_entropy.cc", "top_log_probs.cc")]
+HEADERS = [Path(__file__).with_name("fast_exp.h")]
 FLAGS = ["-shared", "-fPIC", "-std=c++11", "-O3", "-march=native", "-fopenmp"]
 _status = {}  # this process's decision, made once by `load`
 
@@ -114,7 +118,7 @@ def cache_key():
     (path and version) and the compile command."""
     version, command = build_command("LIBRARY")
     digest = hashlib.sha256("\0".join([mx.__version__, flags_line(), version, *command]).encode())
-    for source in SOURCES:
+    for source in SOURCES + HEADERS:
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -214,6 +218,7 @@ def _try_load():
 
 
 def _fall_back(reason):
-    warnings.warn(f"mtx native kernels not used: {reason}. Running MXNet's LayerNorm and loss "
-                  f"operators (same results, slower).", NativeKernelWarning, stacklevel=4)
+    warnings.warn(f"mtx native kernels not used: {reason}. Running MXNet's LayerNorm, loss and "
+                  f"log-softmax/top-k operators (same results, slower).", NativeKernelWarning,
+                  stacklevel=4)
     return False, reason, None

@@ -150,6 +150,26 @@ class MultiHeadAttention(HybridBlock):
         context = transpose_output(context, self.num_heads, F)  # (B*H, Tq, Dh) -> (B, Tq, H*Dh)
         return self._output(F, context, head_gate), attn_weights  # (B, Tq, D), (B*H, Tq, Tk)
 
+    def attend_cached(self, F, queries, k_cache, v_cache, visible, head_gate=None):
+        """Self-attention of one new position per row over itself and a cache of the earlier
+        ones (incremental decoding, `mtx.model.incremental`): queries (R, 1, D), caches
+        (R*H, cap, Dh) whose first t positions are valid, visible (R,) int32 = t + 1 ->
+        (output (R, 1, D), the position's keys and values (R*H, 1, Dh) each, to be cached).
+        The new key is scored beside the cache rather than written into it first, so a traced
+        graph never writes to its inputs: weights over [new, cache[:t]]."""
+        q_heads = transpose_qkv(self.W_q(queries), self.num_heads, F)  # (R*H, 1, Dh)
+        k_new, v_new = self.project_kv(F, queries, queries)  # (R*H, 1, Dh) each
+        new_score = F.np.sum(q_heads * k_new, axis=-1, keepdims=True)  # (R*H, 1, 1)
+        cached_scores = F.npx.batch_dot(q_heads, k_cache, transpose_b=True)  # (R*H, 1, cap)
+        scores = ops.scale(F, F.np.concatenate([new_score, cached_scores], axis=-1),
+                           self.attention._scale)  # (R*H, 1, 1 + cap)
+        weights = masked_softmax(scores, F.np.repeat(visible, self.num_heads, axis=0), F)
+        on_new = ops.legacy(F, "slice_axis", weights, axis=-1, begin=0, end=1)  # (R*H, 1, 1)
+        on_cache = ops.legacy(F, "slice_axis", weights, axis=-1, begin=1, end=None)
+        context = on_new * v_new + F.npx.batch_dot(on_cache, v_cache)  # (R*H, 1, Dh)
+        context = transpose_output(context, self.num_heads, F)  # (R, 1, H*Dh)
+        return self._output(F, context, head_gate), k_new, v_new
+
     def _output(self, F, context, head_gate):
         """W_o of the heads' context (B, Tq, H*Dh) -> (B, Tq, D), each head scaled by its gate.
         In a traced graph the gate scales W_o's weight columns (D, H*Dh): in training that is

@@ -1,10 +1,9 @@
 """Transformer decoder: causal self-attention, cross-attention to the encoder memory, FFN.
 
 Training runs all target positions at once (`hybrid_forward`). Inference runs one position at a
-time (`step`) with a cache: the self-attention keys/values of earlier positions are kept per layer
-and grow by one position a step; the cross-attention keys/values are computed once per sentence.
+time (`DecoderBlock.step`, driven by `mtx.model.incremental`) over caches of the earlier
+positions' self-attention keys/values and of the source's cross-attention keys/values.
 """
-from mxnet import nd, np
 from mxnet.gluon import nn
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
@@ -60,31 +59,24 @@ class DecoderBlock(HybridBlock):
         Y = self.addnorm2(Y, out)
         return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), self_weights, cross_weights
 
-    def step(self, y, cache, src_valid_len, head_gates=None, beam_size=1):
-        """One position of B*K hypotheses (rows b*K + k): y (B*K, 1, D) -> (B*K, 1, D).
-        ``cache`` holds this layer's 'self' keys and values of the earlier positions, each
-        (B*K*H, t, Dh), grown here, and the 'cross' ones of the source, each (B*H, S, Dh): the
-        K queries of a sentence attend to them as one (B, K, D) batch. Also returns the self-
-        and cross-attention weights, (B*K*H, 1, t+1) and (B*H, K, S)."""
+    def step(self, F, y, self_cache, cross_cache, visible, src_valid_len, head_gates, beam_size):
+        """One position of R = B*K hypotheses (rows b*K + k): y (R, 1, D) -> (R, 1, D), the
+        position's self-attention keys and values (R*H, 1, Dh) each (the caller caches them),
+        and the cross-attention weights (B*H, K, S). ``self_cache``: this layer's keys and
+        values of the t earlier positions, (R*H, cap, Dh) each, visible (R,) = t + 1;
+        ``cross_cache``: the source's, (B*H, S, Dh) each: the K queries of a sentence attend to
+        them as one (B, K, D) batch."""
         self_gate, cross_gate = self._gates(head_gates)
         h = self.addnorm1.sublayer_input(y)
-        k_new, v_new = self.self_attention.project_kv(nd, h, h)  # (B*H, 1, Dh) each
-        if cache.get("self") is not None:
-            k_new = np.concatenate([cache["self"][0], k_new], axis=1)  # (B*H, t+1, Dh)
-            v_new = np.concatenate([cache["self"][1], v_new], axis=1)
-        cache["self"] = (k_new, v_new)
-        # every cached position is visible; lengths (not None) keep the attention block's cached
-        # graph the same as in forward_with_weights
-        visible = np.full((y.shape[0],), k_new.shape[1], dtype="int32", ctx=y.ctx)  # (B,)
-        out, self_weights = self.self_attention.attend(nd, h, None, None, visible, self_gate,
-                                                       kv_heads=cache["self"])
+        out, k_new, v_new = self.self_attention.attend_cached(F, h, *self_cache, visible,
+                                                              self_gate)
         y = self.addnorm1(y, out)
-        h = ops.reshape(nd, self.addnorm2.sublayer_input(y), (-1, beam_size, -2))  # (B, K, D)
-        out, cross_weights = self.cross_attention.attend(nd, h, None, None, src_valid_len,
-                                                         cross_gate, kv_heads=cache["cross"])
-        y = self.addnorm2(y, ops.reshape(nd, out, (-1, 1, -2)))  # (B, K, D) -> (B*K, 1, D)
+        h = ops.reshape(F, self.addnorm2.sublayer_input(y), (-1, beam_size, -2))  # (B, K, D)
+        out, cross_weights = self.cross_attention.attend(F, h, None, None, src_valid_len,
+                                                         cross_gate, kv_heads=cross_cache)
+        y = self.addnorm2(y, ops.reshape(F, out, (-1, 1, -2)))  # (B, K, D) -> (R, 1, D)
         y = self.addnorm3(y, self.ffn(self.addnorm3.sublayer_input(y)))
-        return y, self_weights, cross_weights
+        return y, (k_new, v_new), cross_weights
 
 
 @use_np
@@ -113,15 +105,3 @@ class Decoder(HybridBlock):
             Y, weights[block.self_row], weights[block.cross_row] = block.forward_with_weights(
                 F, Y, memory, src_valid_len, self_valid_len, head_gates)
         return (self.final_norm(Y) if self.pre_norm else Y), weights
-
-    def init_cache(self, memory, src_valid_len):
-        """Per layer: cross-attention keys/values of the memory, computed once; empty self cache."""
-        return [{"cross": block.cross_attention.project_kv(nd, memory, memory), "self": None}
-                for block in self.blocks]
-
-    def step(self, y, caches, src_valid_len, head_gates=None, beam_size=1):
-        """y (B*K, 1, D), head_gates None | (A, H) -> (B*K, 1, D) and the last layer's
-        cross-attention weights (B*H, K, S) (`DecoderBlock.step`)."""
-        for block, cache in zip(self.blocks, caches):
-            y, _, cross_weights = block.step(y, cache, src_valid_len, head_gates, beam_size)
-        return (self.final_norm(y) if self.pre_norm else y), cross_weights

@@ -24,9 +24,8 @@ def sinusoid_table(max_len, num_hiddens):
 
 @use_np
 class TokenEmbedding(HybridBlock):
-    """Token ids (B, L) -> sqrt(D) * embedding + position, then dropout: (B, L, D).
-
-    `step` embeds one token per row at a given position, for incremental decoding."""
+    """Token ids (B, L) -> sqrt(D) * embedding + position, then dropout: (B, L, D). With
+    ``first_position`` (1,) int32 (incremental decoding) the L positions start there, not at 0."""
 
     def __init__(self, vocab_size, num_hiddens, dropout, max_len, **kwargs):
         super().__init__(**kwargs)
@@ -38,16 +37,13 @@ class TokenEmbedding(HybridBlock):
                                                       sinusoid_table(max_len, num_hiddens))
             self.dropout = nn.Dropout(dropout)
 
-    def hybrid_forward(self, F, tokens, positions):
+    def hybrid_forward(self, F, tokens, first_position=None, positions=None):
         steps = F.npx.arange_like(tokens, axis=1).astype("int32")  # (L,)
+        if first_position is not None:
+            steps = steps + first_position
         position_vectors = F.np.expand_dims(F.np.take(positions, steps, axis=0), 0)  # (1, L, D)
         embedded = ops.scale(F, self.embedding(tokens), self._scale)  # (B, L, D)
         return self.dropout(ops.legacy(F, "broadcast_add", embedded, position_vectors))
-
-    def step(self, tokens, position):
-        """tokens (B, 1) at time step ``position`` (an int) -> (B, 1, D)."""
-        table = self.positions.data(tokens.ctx)
-        return self.dropout(self.embedding(tokens) * self._scale + table[position])
 
 
 @use_np

@@ -49,3 +49,13 @@ def take_groups(x, rows, groups):
     flat = x.as_nd_ndarray().reshape((groups, -1))  # a view
     taken = nd.take(flat, rows.as_nd_ndarray(), axis=0)  # (R, G*...)
     return taken.reshape((-1,) + x.shape[1:]).as_np_ndarray()
+
+
+def top_log_probs(F, logits, k, native):
+    """logits (R, V) float32 -> (log-probabilities (R, k), token ids (R, k) float32) of each
+    row's k most probable tokens, best first: with ``native`` mtx's fused kernel
+    (``mtx_top_log_probs``, `mtx.kernels`), else MXNet's log_softmax then topk."""
+    if native:
+        out = F.mtx_top_log_probs(logits.as_nd_ndarray(), k=k)
+        return out[0].as_np_ndarray(), out[1].as_np_ndarray()
+    return F.npx.topk(F.npx.log_softmax(logits, axis=-1), k=k, axis=-1, ret_typ="both")

@@ -1,10 +1,10 @@
 """The sequence-to-sequence Transformer: embeddings, encoder, decoder, output projection."""
-from mxnet import nd, np, npx
+from mxnet import nd, np
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
 
 from ..config import ModelConfig
-from . import ops
+from . import incremental
 from .decoder import Decoder
 from .encoder import Encoder
 from .layers import TokenEmbedding
@@ -111,37 +111,28 @@ class Transformer(HybridBlock):
         return self.encoder(self.src_embed(src_tokens), src_valid_len, head_gates)
 
     def init_state(self, src_tokens, src_valid_len, head_gates=None, beam_size=1):
-        """Decoder state for incremental decoding of ``beam_size`` hypotheses per sentence, rows
-        b*K + k: per-layer caches (cross-attention keys/values once per sentence, the beams'
-        queries attend to them together), source lengths (B,), gates (None: the steps skip
-        gating)."""
+        """Decoder state (`mtx.model.incremental`) for incremental decoding of ``beam_size``
+        hypotheses per sentence, rows b*K + k: the source's cross-attention keys/values once
+        per sentence (the beams' queries attend to them together), empty self caches."""
         memory = self.encode(src_tokens, src_valid_len, head_gates)
-        return {"caches": self.decoder.init_cache(memory, src_valid_len),
-                "src_valid_len": src_valid_len, "t": 0, "gates": head_gates,
-                "beam_size": beam_size}
+        return incremental.init_state(self, memory, src_valid_len, head_gates, beam_size)
 
     def step(self, tokens, state):
         """tokens (B*K,) at position state['t'] -> log-probabilities (B*K, V); advances the
-        state. Also returns the last layer's cross-attention weights (B*H, K, S)."""
-        y = self.tgt_embed.step(tokens.reshape(-1, 1), state["t"])  # (B*K, 1, D)
-        hidden, cross_weights = self.decoder.step(y, state["caches"], state["src_valid_len"],
-                                                  state["gates"], state["beam_size"])
-        state["t"] += 1
-        logits = self.output(hidden)[:, 0, :]  # (B*K, 1, V) -> (B*K, V)
-        return npx.log_softmax(logits, axis=-1), cross_weights
+        state. Also returns the last layer's cross-attention weights (B*H, K, S). The arrays
+        returned are valid until the next step."""
+        return incremental.step(self, tokens, state)
+
+    def step_top(self, tokens, state, k, rows=None):
+        """Like `step`, but only each row's ``k`` most probable next tokens: (log-probabilities
+        (B*K, k), token ids (B*K, k) float32), best first (what the beam search needs); with
+        ``rows`` (host ints) only for those rows (`mtx.model.incremental.step_top`)."""
+        return incremental.step_top(self, tokens, state, k, rows)
 
     def reorder_state(self, state, rows, sentences=None):
         """Keep the decoder caches of hypotheses ``rows`` (R',) int32 of the R = sentences * K
-        (rows b*K + k; self caches (R*H, t, Dh)); with ``sentences`` (R'/K,) int32 also only
-        those sentences' source side (cross caches (R/K*H, S, Dh), lengths)."""
-        hypotheses = state["src_valid_len"].shape[0] * state["beam_size"]  # R
-        for cache in state["caches"]:
-            cache["self"] = tuple(ops.take_groups(x, rows, hypotheses) for x in cache["self"])
-            if sentences is not None:
-                cache["cross"] = tuple(ops.take_groups(x, sentences, hypotheses // state["beam_size"])
-                                       for x in cache["cross"])
-        if sentences is not None:
-            state["src_valid_len"] = np.take(state["src_valid_len"], sentences, axis=0)
+        (rows b*K + k); with ``sentences`` (R'/K,) int32 also only those sentences' source side."""
+        incremental.reorder_state(state, rows, sentences)
 
     def attention_weights(self, src_tokens, src_valid_len, tgt_in, head_gates=None):
         """Teacher-forced pass (imperative) -> one (B*H, Tq, Tk) weight array per attention
