@@ -316,3 +316,31 @@ def test_distilled_targets_replace_or_join_the_references_and_must_align(tmp_pat
     from mtx.config import DataConfig
     with pytest.raises(ConfigError, match="data.distilled_target= is for a Multi30k corpus"):
         DataConfig(name="toy", distilled_target=str(teacher))
+
+
+def test_lowercase_source_lowers_every_source_in_training_and_in_translation(tmp_path, monkeypatch):
+    import json
+    import mtx.data.corpus as corpus_module
+    from mtx.config import DataConfig
+    src = [f"The {w} Dog runs across the Green meadow" for w in ("Black", "brown", "WHITE")] * 20
+    tgt = [f"Der {w} Hund rennt über die grüne Wiese" for w in ("schwarze", "braune", "weiße")] * 20
+    monkeypatch.setattr(corpus_module, "load_multi30k",
+                        lambda *args: {"train": (src, tgt), "val": (src[:3], tgt[:3])})
+    corpus = corpus_module.load_corpus(DataConfig(vocab_size=60, lowercase_source=True), tmp_path,
+                                       seed=0)
+    for sources, targets in corpus.text.values():
+        assert sources == [line.lower() for line in src[:len(sources)]]
+        assert targets == tgt[:len(targets)]  # the targets keep their case
+    tokenizer = corpus.tokenizer
+    assert tokenizer.encode_source(["The BLACK Dog"]) == tokenizer.encode(["the black dog"])
+    assert tokenizer.encode(["The BLACK Dog"]) != tokenizer.encode(["the black dog"])
+    run = tmp_path / "run"  # a run's tokenizer takes the rule from the data.json beside it
+    run.mkdir()
+    corpus_module.save_tokenizer(tokenizer, run)
+    assert corpus_module.load_tokenizer(run).encode_source(["The Dog"]) == tokenizer.encode(
+        ["The Dog"])  # no data.json: sources as given
+    (run / "data.json").write_text(json.dumps({"lowercase_source": True}))
+    assert corpus_module.load_tokenizer(run).encode_source(["The Dog"]) == tokenizer.encode(
+        ["the dog"])
+    with pytest.raises(ConfigError, match="data.lowercase_source=true is for a Multi30k corpus"):
+        DataConfig(name="toy", lowercase_source=True)

@@ -189,6 +189,7 @@ def test_export_command_and_the_backend_keep_translate_s_promises(tmp_path):
     info = json.loads((tmp_path / "ct2" / EXPORT_INFO).read_text())
     assert info["run"] == str(run.resolve()) and info["quantization"] == "float32"
     assert (tmp_path / "ct2" / "toy_symbols.json").is_file()
+    assert (tmp_path / "ct2" / "data.json").read_bytes() == (run / "data.json").read_bytes()
     lines = b"w1 w2 w3\n\n\xff\xfe bad\nw4 w5\n"
     mtx_out = run_command("translate", f"ckpt={run}", "decode.nbest=3", stdin=lines, cwd=tmp_path)
     ct2_out = run_command("translate", f"ckpt={tmp_path / 'ct2'}", "decode.nbest=3", stdin=lines,

@@ -64,11 +64,12 @@ def run_test_split(run_dir, max_sentences=None):
     run's drawn with the run's seed, Multi30k from MTX_MULTI30K_DIR when set (else the run's
     raw_dir, else downloaded). Reads no checkpoint and imports no MXNet."""
     from ..config import DataConfig
+    from ..data.corpus import DATA_FILE
     from ..runs.rundir import read_config
     from ..datadir import data_dir
     from ..data.multi30k import load_split
     from ..data.toy import make_toy
-    data_cfg = read_config(DataConfig, Path(run_dir) / "data.json", "data config")
+    data_cfg = read_config(DataConfig, Path(run_dir) / DATA_FILE, "data config")
     if data_cfg.name == "toy":
         config = Path(run_dir) / "config.yaml"
         seed = OmegaConf.load(config).get("seed", CORPUS_SEED) if config.is_file() else CORPUS_SEED

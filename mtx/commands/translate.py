@@ -83,7 +83,7 @@ def attention_png(cfg, translator, line):
     its best translation (as decode.* found it, cut like the translation), written into DIR."""
     from ..runs.pictures import attention_pictures
     from ..decoding.search import attention_axes, attention_of
-    src_ids = translator.tokenizer.encode([line.strip()])[0][:translator.max_src_len]
+    src_ids = translator.tokenizer.encode_source([line.strip()])[0][:translator.max_src_len]
     out_ids = translator.translate_ids([src_ids])[0][0][0]
     weights = attention_of(translator.model, src_ids, out_ids, translator.ctx)
     attention_pictures(weights, translator.model.cfg.attention_layers(),

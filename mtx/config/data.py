@@ -19,6 +19,7 @@ class DataConfig:
     subword_dropout: float = 0.0    # BPE-dropout of the training split, resampled every epoch
     distilled_target: Optional[str] = None  # a teacher's translations of the training sources
     distilled_with_references: bool = False  # train on them beside the references, not instead
+    lowercase_source: bool = False  # the source side lowercased everywhere (the target keeps its case)
     task: str = "reverse"           # the toy task's: one of TOY_TASKS
     num_symbols: int = 20
     min_len: int = 3
@@ -35,6 +36,9 @@ class DataConfig:
         if not 0.0 <= self.subword_dropout < 1.0 or (self.subword_dropout and self.name == "toy"):
             raise ConfigError(f"data.subword_dropout={self.subword_dropout}: give a probability "
                               f"in [0, 1) (0.1 is usual), for a SentencePiece corpus (not toy)")
+        if self.lowercase_source and self.name == "toy":
+            raise ConfigError("data.lowercase_source=true is for a Multi30k corpus; the toy task "
+                              "has no letter case")
         if self.distilled_target and self.name == "toy":
             raise ConfigError("data.distilled_target= is for a Multi30k corpus; the toy task has "
                               "no training files to distil")

@@ -15,6 +15,7 @@ from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer, train_
 
 SPM_FILE, TOY_SYMBOLS_FILE = "spm.model", "toy_symbols.json"
 TOKENIZER_FILES = (SPM_FILE, TOY_SYMBOLS_FILE)  # a run directory holds one of them
+DATA_FILE = "data.json"  # beside the tokenizer: the DataConfig it was trained with
 
 
 def tokenizer_file(run_dir):
@@ -87,10 +88,14 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
         tokenizer = tokenizer or WordTokenizer(toy_symbols(cfg.num_symbols))
     else:
         text = load_multi30k(cfg.src_lang, cfg.tgt_lang, cfg.raw_dir, data_dir)
+        if cfg.lowercase_source:  # the targets keep their case: sacreBLEU scores them cased
+            text = {split: ([line.lower() for line in src], tgt)
+                    for split, (src, tgt) in text.items()}
         if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
             train_src, train_tgt = text["train"]
             tokenizer = SentencePieceTokenizer(train_sentencepiece(
-                train_src + train_tgt, cfg.vocab_size, Path(data_dir) / "spm"))
+                train_src + train_tgt, cfg.vocab_size, Path(data_dir) / "spm"),
+                cfg.lowercase_source)
         if cfg.distilled_target:
             text["train"] = distilled_pairs(text["train"], cfg.distilled_target,
                                             cfg.distilled_with_references)
@@ -149,5 +154,15 @@ def load_tokenizer(run_dir):
         raise TokenizerError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
                              f"is it a training run directory?")
     if path.name == SPM_FILE:
-        return SentencePieceTokenizer(path)
+        return SentencePieceTokenizer(path, source_lowercased(run_dir))
     return WordTokenizer(read_json(path, TokenizerError, "toy vocabulary", kind=list))
+
+
+def source_lowercased(directory):
+    """Whether the tokenizer in ``directory`` (a run, or an export of one) was trained on
+    lowercased sources (``data.lowercase_source`` in the data.json beside it; none: no)."""
+    path = Path(directory) / DATA_FILE
+    if not path.is_file():
+        return False
+    return read_json(path, TokenizerError, "data config").get("lowercase_source", False) is True
+

@@ -166,7 +166,7 @@ class LineTranslator:
         """Lines -> per line [(text, score)], nbest of them, best first, in input order. Lines
         longer than the model's positions are cut, with a warning naming the line (counted from
         first_line)."""
-        src_ids = self.tokenizer.encode(lines)
+        src_ids = self.tokenizer.encode_source(lines)
         for number, ids in enumerate(src_ids, first_line):
             if len(ids) > self.max_src_len:
                 log.warning("line %d has %d subwords; translating the first %d", number,

@@ -19,11 +19,13 @@ def output_subwords(tokenizer, lines):
 
 
 class SentencePieceTokenizer:
-    """Text <-> subword ids with a joint SentencePiece model (ids: pad 0, unk 1, bos 2, eos 3)."""
+    """Text <-> subword ids with a joint SentencePiece model (ids: pad 0, unk 1, bos 2, eos 3).
+    `encode_source` is `encode` of source text, lowercased first when the run was trained so
+    (``lowercase_source``, `mtx.config.DataConfig`)."""
 
-    def __init__(self, model_path):
+    def __init__(self, model_path, lowercase_source=False):
         import sentencepiece as spm
-        self.model_path = str(model_path)
+        self.model_path, self.lowercase_source = str(model_path), lowercase_source
         try:
             self._sp = spm.SentencePieceProcessor(model_file=self.model_path)
         except (OSError, RuntimeError) as err:
@@ -37,6 +39,9 @@ class SentencePieceTokenizer:
 
     def encode(self, lines):
         return self._sp.encode(list(lines))
+
+    def encode_source(self, lines):
+        return self.encode([line.lower() for line in lines] if self.lowercase_source else lines)
 
     def encode_sampled(self, lines, dropout, seed):
         """``lines`` segmented with BPE-dropout (Provilkov et al. 2020): each merge is skipped
@@ -99,6 +104,9 @@ class WordTokenizer:
 
     def encode(self, lines):
         return [[self._ids.get(w, UNK) for w in line.split()] for line in lines]
+
+    def encode_source(self, lines):
+        return self.encode(lines)
 
     def decode(self, ids_list):
         return [" ".join(self.symbols[i] for i in ids if i > EOS) for ids in ids_list]

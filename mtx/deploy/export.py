@@ -12,7 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ..data.corpus import TOKENIZER_FILES, tokenizer_file
+from ..data.corpus import DATA_FILE, TOKENIZER_FILES, tokenizer_file
 from ..errors import CheckpointError, ConfigError, FileWriteError
 from ..runs import faults
 from ..files import (atomic_write_json, exchange, fsync_dir, held_by_another_process, sha256_of,
@@ -108,6 +108,8 @@ def export(model, tokenizer_file, output, quantization="float32", source=None):
     try:
         _Spec().convert(str(staging), quantization=quantization)
         shutil.copyfile(tokenizer_file, staging / tokenizer_file.name)
+        if (tokenizer_file.parent / DATA_FILE).is_file():  # the source's case rule goes along
+            shutil.copyfile(tokenizer_file.parent / DATA_FILE, staging / DATA_FILE)
         record = {"format": "ctranslate2", "quantization": quantization,
                   "ctranslate2_version": ctranslate2.__version__,
                   "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

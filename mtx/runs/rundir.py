@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .checkpoints import CheckpointStore, average_into, old_format_error
 from ..config import DataConfig, ModelConfig
+from ..data.corpus import DATA_FILE
 from ..errors import CheckpointError
 from ..files import atomic_write_json, atomic_write_text, read_json
 from .records import RunRecords
@@ -54,7 +55,7 @@ class RunDir:
         self.checkpoints.folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path / "run.json", identity)
         self.write_model_config(model_cfg)
-        atomic_write_json(self.path / "data.json", to_keys(data_cfg))
+        atomic_write_json(self.path / DATA_FILE, to_keys(data_cfg))
         if resolved_config_yaml is not None:
             atomic_write_text(self.path / "config.yaml", resolved_config_yaml)
 
@@ -81,7 +82,7 @@ class RunDir:
 
     def data_config(self):
         """The run's DataConfig, or None for a run without data.json (one built in code)."""
-        path = self.path / "data.json"
+        path = self.path / DATA_FILE
         return read_config(DataConfig, path, "data config") if path.is_file() else None
 
     def train_config(self):

@@ -43,7 +43,7 @@ class Engine:
 
     def encode(self, lines):
         """Lines -> lists of source ids (no EOS)."""
-        return self.tokenizer.encode(lines)
+        return self.tokenizer.encode_source(lines)
 
     def run_batch(self, key, payloads):
         """`mtx.serving.batcher` calls this. key = (TRANSLATE, Settings): payloads are lists of
