@@ -81,3 +81,17 @@ def test_a_short_run_with_both_regularisers_trains(tmp_path):
     _, fit = _short_fit(tmp_path, seed=5, rdrop_alpha=5.0, word_dropout=0.1)
     records = (fit.run_dir.path / "metrics.jsonl").read_text().splitlines()
     assert records and fit.state.step > 0 and all("NaN" not in r for r in records)
+
+
+def test_r_drop_from_a_fraction_of_the_budget_reads_the_budget():
+    """`train.rdrop_from` switches R-Drop on from a fraction of the budget, so the loop must
+    measure the budget for it as it does for a cooldown (it read 0.0 without one, and a late
+    R-Drop never started)."""
+    from mtx.training.control import Clock, budget_spent
+    state, parallel = SimpleNamespace(epoch=5, batch_in_epoch=0), SimpleNamespace(mean=float)
+    late = TrainConfig(rdrop_alpha=5.0, rdrop_from=0.5, max_epochs=300, max_minutes=60)
+    clock = Clock(60, minutes_before=45.0)
+    assert budget_spent(late, state, clock, parallel, 100) == pytest.approx(0.75, abs=0.01)
+    for unread in (dataclasses.replace(late, rdrop_from=0.0),  # R-Drop all along
+                   dataclasses.replace(late, rdrop_alpha=0.0)):  # no R-Drop
+        assert budget_spent(unread, state, clock, parallel, 100) == 0.0
