@@ -64,23 +64,26 @@ def fake_children(monkeypatch, speeds):
         tok_s = next(speeds[options["--impl"]])
         return {"train": {options["--impl"]: {"tok_s": tok_s, "gflop_s": tok_s / 20,
                                               "gemm_peak_gflop_s": 300.0,
-                                              "gemm_peak_bf16_gflop_s": 150.0}}}
+                                              "gemm_peak_bf16_gflop_s": 150.0,
+                                              "model_gemm_gflop_s": 200.0,
+                                              "model_gemm_bf16_gflop_s": 100.0}}}
     monkeypatch.setattr(rounds, "run_child", child)
     return calls
 
 
 def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):
     """Each round runs every implementation in turn; the table has each one's median round, its
-    MFU and the median of the per-round ratios (2000/1600, 1500/1400, 2100/1500), not the ratio
-    of the medians."""
+    MFU (against the 2048^3 peaks and the model's own products) and the median of the per-round
+    ratios (2000/1600, 1500/1400, 2100/1500), not the ratio of the medians."""
     calls = fake_children(monkeypatch, {"mtx": iter([2000.0, 1500.0, 2100.0]),
                                         "gluonnlp": iter([1600.0, 1400.0, 1500.0])})
     main(["train", "--impl", "mtx,gluonnlp", "--rounds", "3", "--seconds", "1"])
     assert [c["--impl"] for c in calls] == ["mtx", "gluonnlp"] * 3
     printed = capsys.readouterr().out
     assert "| mtx / gluonnlp | 1.25 | 1.071 | 1.4 | 1.25, 1.071, 1.4 |" in printed
-    assert "| mtx | 2000.0 | 2000.0, 1500.0, 2100.0 | 100.0 | 33% | 67% |" in printed
+    assert "| mtx | 2000.0 | 2000.0, 1500.0, 2100.0 | 100.0 | 33% | 67% | 50% | 100% |" in printed
     assert "300.0 GFLOP/s float32" in printed and "150.0 bfloat16" in printed
+    assert "the model's own products" in printed and "200.0 GFLOP/s float32" in printed
 
 
 def test_another_revision_runs_in_its_checkout_and_is_paired(monkeypatch, capsys):
@@ -136,6 +139,7 @@ def test_train_on_the_toy_task(tmp_path, monkeypatch, capsys):
     assert report["model_config"]["vocab_size"] == 24  # 20 toy symbols + 4 specials
     result = report["train"]["mtx"]
     assert result["tok_s"] > 0 and result["gflop_s"] > 0 and result["gemm_peak_gflop_s"] > 0
+    assert result["model_gemm_gflop_s"] > 0  # the model's own products, forward and backward
     assert result["steps"] > 2 and result["precision"] == "float32"
     assert "native_layer_norm" in result["kernels"] and result["peak_rss_mb"] > 0
     printed = capsys.readouterr().out

@@ -24,3 +24,15 @@ def train_flops(model_cfg, batch):
              + (dec_layers * (8 * d * d + 2 * d * ffn) + d * model_cfg.vocab_size) * t.sum())
     attention = 2 * d * (enc_layers * (s * s).sum() + dec_layers * ((t * t).sum() + (t * s).sum()))
     return float(6 * (dense + attention))
+
+
+def step_products(model_cfg, tokens):
+    """The dense products of one training step of ``model_cfg``, as (rows, in, out) with
+    ``tokens`` rows each (a batch's padded target tokens; the source side taken as long):
+    per encoder layer W_q, W_k, W_v, W_o and the FFN's two; per decoder layer those of its self-
+    and cross-attention and its FFN; the output layer."""
+    d, ffn, vocab = model_cfg.num_hiddens, model_cfg.ffn_num_hiddens, model_cfg.vocab_size
+    layer = [(tokens, d, ffn), (tokens, ffn, d)]
+    return ((layer + [(tokens, d, d)] * 4) * model_cfg.num_encoder_layers
+            + (layer + [(tokens, d, d)] * 8) * model_cfg.num_decoder_layers
+            + [(tokens, d, vocab)])

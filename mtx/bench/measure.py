@@ -27,7 +27,7 @@ import numpy as onp
 
 from ..errors import ConfigError
 from . import inputs
-from .flops import train_flops
+from .flops import step_products, train_flops
 from .peers import PEERS
 from .torch_peer import TORCH_PEERS
 
@@ -117,24 +117,32 @@ def measure_train(name, args):
     tok_s = [sum(b.num_tgt_tokens for _, b in w) / sum(s for s, _ in w)
              for w in windows or [measured]]
     flops = sum(train_flops(model_cfg, b) for _, b in measured) / sum(s for s, _ in measured)
+    padded = round(float(onp.mean([b.tgt_in.size for b in batches])))
     return {name: {
             "tok_s": round(float(onp.median(tok_s)), 1), "tok_s_windows": [round(x) for x in tok_s],
             "gflop_s": round(flops / 1e9, 1), "steps": args.warmup_steps + len(measured),
             "warmup_steps": args.warmup_steps, "batches": len(batches),
             "batch_shapes": len({b.padded_shape for b in batches}),
             "real_tgt_tokens": round(float(onp.mean([b.num_tgt_tokens for b in batches]))),
-            "padded_tgt_tokens": round(float(onp.mean([b.tgt_in.size for b in batches]))),
-            **gemm_peaks()}}, model_cfg
+            "padded_tgt_tokens": padded,
+            **gemm_peaks(model_cfg, padded)}}, model_cfg
 
 
-def gemm_peaks():
-    """GFLOP/s of a GEMM_SIZE^3 product in float32 and bfloat16 (None where it cannot run)."""
+def gemm_peaks(model_cfg=None, tokens=None):
+    """GFLOP/s of a GEMM_SIZE^3 product in float32 and bfloat16 (None where it cannot run) and,
+    given a model and a batch's padded tokens, of the model's own products at those shapes,
+    forward and backward (`mtx.bench.flops.step_products`): what a training step's products
+    can do on this CPU, where the 2048^3 peak is what large ones can."""
     import mxnet as mx
     from ..training.precision import bfloat16_unavailable, probe_matmul_speed
     dtypes = ("float32",) if bfloat16_unavailable() else ("float32", "bfloat16")
-    speed = probe_matmul_speed(mx.cpu(), [(GEMM_SIZE,) * 3], dtypes=dtypes)
-    return {"gemm_peak_gflop_s": round(speed["float32"], 1),
-            "gemm_peak_bf16_gflop_s": round(speed["bfloat16"], 1) if "bfloat16" in speed else None}
+    probes = {"gemm_peak": probe_matmul_speed(mx.cpu(), [(GEMM_SIZE,) * 3], dtypes=dtypes)}
+    if model_cfg is not None:
+        probes["model_gemm"] = probe_matmul_speed(mx.cpu(), step_products(model_cfg, tokens),
+                                                  dtypes=dtypes, backward=True)
+    return {f"{name}{suffix}_gflop_s": round(speed[dtype], 1) if dtype in speed else None
+            for name, speed in probes.items()
+            for dtype, suffix in (("float32", ""), ("bfloat16", "_bf16"))}
 
 
 def run_translators(name, run_dir, tmp_dir):

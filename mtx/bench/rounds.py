@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout mtx runs from
 
 CHILD_OPTIONS = {"train": ("model", "data", "seconds", "warmup_steps"),
                  "decode": ("run", "max_sentences", "rounds")}
-PEAKS = {"float32": "gemm_peak_gflop_s", "bfloat16": "gemm_peak_bf16_gflop_s"}  # result keys
+PEAKS = {"float32": "gemm_peak_gflop_s", "bfloat16": "gemm_peak_bf16_gflop_s",  # result keys
+         "model float32": "model_gemm_gflop_s", "model bfloat16": "model_gemm_bf16_gflop_s"}
 log = logging.getLogger("mtx.bench")
 _checkouts = {}  # revision -> worktree path
 
@@ -83,8 +84,8 @@ def in_children(kind, args, names):
 def training_rounds(args, names):
     """``names`` trained in turn, ``args.rounds`` times -> {"train": {name: its median round, with
     "rounds" and the best GEMM peaks of all children}, "train_ratios": the first implementation
-    against each other, "gemm_peaks": {"float32": [...], "bfloat16": [...]} as each child
-    measured them}."""
+    against each other, "gemm_peaks": {"float32": [...], "bfloat16": [...], "model float32":
+    [...], "model bfloat16": [...]} as each child measured them (`PEAKS`)}."""
     per_round, peaks = {name: [] for name in names}, {dtype: [] for dtype in PEAKS}
     for r in range(args.rounds):
         log.info("round %d of %d", r + 1, args.rounds)

@@ -30,26 +30,39 @@ def results_table(results):
 
 
 def rounds_table(report):
-    """Interleaved training rounds: the GEMM peaks, each implementation's median tok/s and MFU
-    against the float32 and bfloat16 peaks, then the paired ratios."""
+    """Interleaved training rounds: the GEMM peaks (2048^3 and the model's own products), each
+    implementation's median tok/s and MFU against the float32 and bfloat16 peaks and against
+    the model's own products, then the paired ratios."""
     peaks = report["gemm_peaks"]
-    peak_line = (f"GEMM peak (2048^3 FullyConnected, best of the children): "
-                 f"{max(filter(None, peaks['float32']), default=None)} GFLOP/s float32 (each: "
-                 f"{', '.join(map(str, peaks['float32']))}), "
-                 + (f"{max(filter(None, peaks['bfloat16']))} bfloat16" if any(peaks["bfloat16"])
-                    else "no bfloat16 (it cannot run here)"))
+    lines = [_peak_line("GEMM peak (2048^3 FullyConnected, best of the children)",
+                        peaks["float32"], peaks["bfloat16"])]
+    if any(peaks.get("model float32", [])):
+        lines.append(_peak_line("the model's own products (one training step's, forward and "
+                                "backward, at the batches' padded tokens; best of the children)",
+                                peaks["model float32"], peaks["model bfloat16"]))
     rows = []
     for name, r in report["train"].items():
         if "gflop_s" not in r:
-            rows.append([name, r.get("error", "-"), *["-"] * 4])
+            rows.append([name, r.get("error", "-"), *["-"] * 6])
             continue
-        fp32, bf16 = r["gemm_peak_gflop_s"], r["gemm_peak_bf16_gflop_s"]
         rows.append([name, r["tok_s"], ", ".join(str(x["tok_s"]) for x in r["rounds"]),
-                     r["gflop_s"], f"{100 * r['gflop_s'] / fp32:.0f}%",
-                     f"{100 * r['gflop_s'] / bf16:.0f}%" if bf16 else "-"])
+                     r["gflop_s"], *(_share(r["gflop_s"], r.get(key)) for key in (
+                         "gemm_peak_gflop_s", "gemm_peak_bf16_gflop_s", "model_gemm_gflop_s",
+                         "model_gemm_bf16_gflop_s"))])
     ratios = [[pair, x["median"], x["min"], x["max"], ", ".join(map(str, x["rounds"]))]
               for pair, x in report["train_ratios"].items()]
-    return "\n\n".join([peak_line, table(
+    return "\n\n".join(["\n".join(lines), table(
         ["implementation", "tok/s (median round)", "per round", "GFLOP/s", "MFU fp32",
-         "MFU bf16"], rows), table(
+         "MFU bf16", "of own products fp32", "of own products bf16"], rows), table(
         ["paired ratio (tok/s)", "median", "min", "max", "per round"], ratios)])
+
+
+def _peak_line(what, fp32, bf16):
+    return (f"{what}: {max(filter(None, fp32), default=None)} GFLOP/s float32 (each: "
+            f"{', '.join(map(str, fp32))}), "
+            + (f"{max(filter(None, bf16))} bfloat16" if any(bf16)
+               else "no bfloat16 (it cannot run here)"))
+
+
+def _share(gflop_s, peak):
+    return f"{100 * gflop_s / peak:.0f}%" if peak else "-"
