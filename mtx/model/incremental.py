@@ -13,6 +13,7 @@ The self caches are preallocated, `CHUNK` positions at a time, and each step wri
 in place: a step copies no cache, and a hybridized step keeps its shapes (and its memory plan)
 until the cache grows or hypotheses leave (`reorder_state`).
 """
+import contextlib
 import warnings
 
 import numpy as onp
@@ -87,9 +88,10 @@ def step(model, tokens, state, hidden_only=False):
     stepper = _stepper(model, state["beam_size"], hidden_only)
     rows = tokens.shape[0]
     inputs = [x for cache in caches for x in (*cache["self"], *cache["cross"])]
-    with warnings.catch_warnings():
-        if stepper._active and stepper._cached_op is None:  # tracing now: the cross-attention
-            # W_k and W_v, run once per sentence outside the step, are "not used" by its graph
+    tracing = stepper._active and stepper._cached_op is None
+    with warnings.catch_warnings() if tracing else contextlib.nullcontext():
+        if tracing:  # the cross-attention W_k and W_v, run once per sentence outside the step,
+            # are "not used" by its graph
             warnings.filterwarnings("ignore", "Parameter .* is not used by any computation")
         out, cross_weights, new_kv = stepper(
             tokens.reshape(-1, 1), np.full((1,), t, dtype="int32", ctx=ctx),
