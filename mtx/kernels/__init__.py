@@ -16,7 +16,7 @@ and only when its bytes are those that were built:
   user owns, or that group or others may access, is not used.
 - in it, ``libmtx_kernels-<key>.so`` and ``libmtx_kernels-<key>.so.sha256`` (the library's SHA-256
   in ``sha256sum`` format, written atomically after the library). ``<key>`` (`cache_key`) hashes
-  the sources and their header, the MXNet version, the CPU's instruction-set flags (the build uses
+  the sources and their headers, the MXNet version, the CPU's instruction-set flags (the build uses
   ``-march=native``), the compiler's path and ``--version`` line and the full compile command.
   A library that does not match its recorded SHA-256 is not loaded: mtx warns and rebuilds it.
   A library without a record (a build cut short) is rebuilt. ``.lock`` serialises builds.
@@ -47,7 +47,7 @@ from ..errors import FileWriteError
 
 SOURCES = [Path(__file__).with_name(name)
            for name in ("layer_norm.cc", "cross_entropy.cc", "top_log_probs.cc")]
-HEADERS = [Path(__file__).with_name("fast_exp.h")]
+HEADERS = [Path(__file__).with_name(name) for name in ("fast_exp.h", "op_api.h")]
 FLAGS = ["-shared", "-fPIC", "-std=c++11", "-O3", "-march=native", "-fopenmp"]
 _status = {}  # this process's decision, made once by `load`
 

@@ -22,6 +22,7 @@
 
 #include "fast_exp.h"
 #include "mxnet/lib_api.h"
+#include "op_api.h"
 
 using namespace mxnet::ext;
 using mtx::exp_nonpositive;
@@ -32,11 +33,6 @@ namespace {
 void softmax_gradient(const float* __restrict z, float* __restrict out, int64_t V, float lse,
                       float g, float shift) {
   for (int64_t v = 0; v < V; ++v) out[v] = g * exp_nonpositive(z[v] - lse) - shift;
-}
-
-float parse_eps(const std::unordered_map<std::string, std::string>& attrs) {
-  auto it = attrs.find("eps");
-  return it == attrs.end() ? 0.f : std::stof(it->second);
 }
 
 int64_t label_of(MXTensor& labels, int64_t r, int64_t V) {
@@ -54,7 +50,7 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
   float* loss = (*outputs)[0].data<float>();
   float* nll = (*outputs)[1].data<float>();
   float* lse_out = (*outputs)[2].data<float>();
-  const float eps = parse_eps(attrs);
+  const float eps = mtx::float_attr(attrs, "eps", 0.f);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* zr = z + r * V;
@@ -88,7 +84,7 @@ MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs
   const float* z = logits.data<float>();
   const float* lse = (*inputs)[7].data<float>();
   float* dz = (*outputs)[0].data<float>();
-  const float eps = parse_eps(attrs);
+  const float eps = mtx::float_attr(attrs, "eps", 0.f);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     float* dzr = dz + r * V;
@@ -105,21 +101,13 @@ MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs
   return MX_SUCCESS;
 }
 
-MXReturnValue parse_attrs(const std::unordered_map<std::string, std::string>& attrs,
-                          int* num_inputs, int* num_outputs) {
-  *num_inputs = 2;
-  *num_outputs = 3;
-  return MX_SUCCESS;
-}
-
 MXReturnValue infer_type(const std::unordered_map<std::string, std::string>& attrs,
                          std::vector<int>* in_types, std::vector<int>* out_types) {
   if ((*in_types)[0] != kFloat32 || ((*in_types)[1] != kFloat32 && (*in_types)[1] != kInt32)) {
     MX_ERROR_MSG << "mtx_smoothed_ce: float32 logits and float32 or int32 labels only";
     return MX_FAIL;
   }
-  for (auto& t : *out_types) t = kFloat32;
-  return MX_SUCCESS;
+  return mtx::float32_outputs(out_types);
 }
 
 MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& attrs,
@@ -140,6 +128,6 @@ MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& at
 REGISTER_OP(mtx_smoothed_ce)
     .setForward(forward, "cpu")
     .setBackward(backward, "cpu")
-    .setParseAttrs(parse_attrs)
+    .setParseAttrs(mtx::fixed_arity<2, 3>)
     .setInferType(infer_type)
     .setInferShape(infer_shape);

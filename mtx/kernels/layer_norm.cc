@@ -14,15 +14,11 @@
 #include <vector>
 
 #include "mxnet/lib_api.h"
+#include "op_api.h"
 
 using namespace mxnet::ext;
 
 namespace {
-
-float parse_eps(const std::unordered_map<std::string, std::string>& attrs) {
-  auto it = attrs.find("eps");
-  return it == attrs.end() ? 1e-5f : std::stof(it->second);
-}
 
 MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
                       std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
@@ -35,7 +31,7 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
   float* out = (*outputs)[0].data<float>();
   float* mean = (*outputs)[1].data<float>();
   float* rstd = (*outputs)[2].data<float>();
-  const float eps = parse_eps(attrs);
+  const float eps = mtx::float_attr(attrs, "eps", 1e-5f);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * D;
@@ -108,13 +104,6 @@ MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs
   return MX_SUCCESS;
 }
 
-MXReturnValue parse_attrs(const std::unordered_map<std::string, std::string>& attrs,
-                          int* num_inputs, int* num_outputs) {
-  *num_inputs = 3;
-  *num_outputs = 3;
-  return MX_SUCCESS;
-}
-
 MXReturnValue infer_type(const std::unordered_map<std::string, std::string>& attrs,
                          std::vector<int>* in_types, std::vector<int>* out_types) {
   for (int t : *in_types) {
@@ -123,8 +112,7 @@ MXReturnValue infer_type(const std::unordered_map<std::string, std::string>& att
       return MX_FAIL;
     }
   }
-  for (auto& t : *out_types) t = kFloat32;
-  return MX_SUCCESS;
+  return mtx::float32_outputs(out_types);
 }
 
 MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& attrs,
@@ -148,7 +136,7 @@ MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& at
 REGISTER_OP(mtx_layer_norm)
     .setForward(forward, "cpu")
     .setBackward(backward, "cpu")
-    .setParseAttrs(parse_attrs)
+    .setParseAttrs(mtx::fixed_arity<3, 3>)
     .setInferType(infer_type)
     .setInferShape(infer_shape);
 

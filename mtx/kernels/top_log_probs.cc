@@ -17,16 +17,12 @@
 
 #include "fast_exp.h"
 #include "mxnet/lib_api.h"
+#include "op_api.h"
 
 using namespace mxnet::ext;
 using mtx::exp_nonpositive;
 
 namespace {
-
-int64_t parse_k(const std::unordered_map<std::string, std::string>& attrs) {
-  auto it = attrs.find("k");
-  return it == attrs.end() ? 1 : std::stoll(it->second);
-}
 
 // the k largest of z[0..V) into best_z/best_id, best first (insertion into a sorted list: k is
 // a beam width, and after the first few hundred entries almost every entry fails the first test)
@@ -50,7 +46,7 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
                       std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                       const OpResource& res) {
   MXTensor& logits = (*inputs)[0];
-  const int64_t V = logits.shape.back(), rows = logits.size() / V, k = parse_k(attrs);
+  const int64_t V = logits.shape.back(), rows = logits.size() / V, k = mtx::int_attr(attrs, "k", 1);
   const float* z = logits.data<float>();
   float* log_probs = (*outputs)[0].data<float>();
   float* ids = (*outputs)[1].data<float>();
@@ -76,28 +72,20 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
   return MX_SUCCESS;
 }
 
-MXReturnValue parse_attrs(const std::unordered_map<std::string, std::string>& attrs,
-                          int* num_inputs, int* num_outputs) {
-  *num_inputs = 1;
-  *num_outputs = 2;
-  return MX_SUCCESS;
-}
-
 MXReturnValue infer_type(const std::unordered_map<std::string, std::string>& attrs,
                          std::vector<int>* in_types, std::vector<int>* out_types) {
   if ((*in_types)[0] != kFloat32) {
     MX_ERROR_MSG << "mtx_top_log_probs: float32 logits only";
     return MX_FAIL;
   }
-  for (auto& t : *out_types) t = kFloat32;
-  return MX_SUCCESS;
+  return mtx::float32_outputs(out_types);
 }
 
 MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& attrs,
                           std::vector<std::vector<unsigned int>>* in_shapes,
                           std::vector<std::vector<unsigned int>>* out_shapes) {
   const std::vector<unsigned int>& shape = (*in_shapes)[0];
-  const int64_t k = parse_k(attrs);
+  const int64_t k = mtx::int_attr(attrs, "k", 1);
   if (shape.size() != 2 || k < 1 || k > static_cast<int64_t>(shape[1])) {
     MX_ERROR_MSG << "mtx_top_log_probs: logits (rows, V) and 1 <= k <= V";
     return MX_FAIL;
@@ -110,6 +98,6 @@ MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& at
 
 REGISTER_OP(mtx_top_log_probs)
     .setForward(forward, "cpu")
-    .setParseAttrs(parse_attrs)
+    .setParseAttrs(mtx::fixed_arity<1, 2>)
     .setInferType(infer_type)
     .setInferShape(infer_shape);
