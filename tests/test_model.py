@@ -1,6 +1,7 @@
 """mtx.model.transformer.Transformer: causality, padding invariance, hybridization, parameter counts,
 incremental decoding, tied embeddings, the order of attention layers and head gates."""
 import dataclasses
+import warnings
 
 import numpy as onp
 import pytest
@@ -216,6 +217,31 @@ def test_step_top_gives_the_best_next_tokens_of_the_rows_asked_for(tiny_cfg, hyb
         if rows is not None:
             assert (top_lp[0] == 0).all() and (top_ids[0] == 0).all()
     assert full["t"] == top["t"] == 3
+    with warnings.catch_warnings():  # the decoding steps kept for the model are no container
+        warnings.simplefilter("error")  # of Blocks in it (Gluon warns of those)
+        net.collect_params()
+
+
+def test_an_ensembles_step_top_is_the_top_of_its_models_mean_for_the_rows_asked_for(tiny_cfg):
+    """`Ensemble.step_top`: each asked row's k best of the mean of two different models'
+    log-probabilities (`step`'s), the other rows zeros; no row asked: zeros, and the states
+    advance."""
+    from mtx.decoding.ensemble import Ensemble
+    models = [_model(tiny_cfg), _model(tiny_cfg)]  # initialised apart
+    ensemble = Ensemble(models)
+    src, src_lens, tgt = _batch(tiny_cfg)
+    full = [m.init_state(src, src_lens) for m in models]
+    top = ensemble.init_state(src, src_lens)
+    for t, rows in enumerate([None, onp.array([1]), onp.array([], dtype="int64")]):
+        mean = sum(m.step(tgt[:, t], s)[0] for m, s in zip(models, full)) / 2
+        want_lp, want_ids = (x.asnumpy() for x in npx.topk(mean, k=3, axis=-1, ret_typ="both"))
+        top_lp, top_ids = (x.asnumpy() for x in ensemble.step_top(tgt[:, t], top, 3, rows))
+        asked = [0, 1] if rows is None else list(rows)
+        onp.testing.assert_allclose(top_lp[asked], want_lp[asked], rtol=1e-5, atol=1e-5)
+        onp.testing.assert_array_equal(top_ids[asked], want_ids[asked])
+        others = [r for r in (0, 1) if r not in asked]
+        assert (top_lp[others] == 0).all() and (top_ids[others] == 0).all()
+    assert [s["t"] for s in top] == [3, 3]
 
 
 # -- bfloat16 matrix multiplies -------------------------------------------------------------------

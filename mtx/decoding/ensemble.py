@@ -7,6 +7,7 @@ import dataclasses
 from mxnet import npx
 
 from ..errors import ConfigError, MtxError
+from ..model import incremental
 
 
 class Ensemble:
@@ -32,9 +33,18 @@ class Ensemble:
         return sum(log_probs[1:], log_probs[0]) / len(log_probs), None
 
     def step_top(self, tokens, states, k, rows=None):
-        """`step`'s ``k`` best next tokens of every row (``rows`` is a hint the ensemble does
-        not take): (log-probabilities (R, k), ids (R, k))."""
-        return npx.topk(self.step(tokens, states)[0], k=k, axis=-1, ret_typ="both")
+        """`step`'s ``k`` best next tokens of every row: (log-probabilities (R, k), ids (R, k));
+        with ``rows`` (host ints) only for those rows, the others zeros (like
+        `Transformer.step_top`)."""
+        live = [incremental.step_live(m, tokens, state, rows)
+                for m, state in zip(self.models, states)]  # ((L, D) or None, rows) each
+        hidden, live_rows = zip(*live)
+        if hidden[0] is None:
+            return incremental.rows_of_all(None, live_rows[0], tokens.shape[0], k, tokens.ctx)
+        log_probs = [npx.log_softmax(m.output(h), axis=-1) for m, h in zip(self.models, hidden)]
+        mean = sum(log_probs[1:], log_probs[0]) / len(log_probs)  # (L, V)
+        top = npx.topk(mean, k=k, axis=-1, ret_typ="both")
+        return incremental.rows_of_all(top, live_rows[0], tokens.shape[0], k, tokens.ctx)
 
     def reorder_state(self, states, rows, sentences=None):
         for model, state in zip(self.models, states):

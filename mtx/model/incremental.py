@@ -15,6 +15,7 @@ until the cache grows or hypotheses leave (`reorder_state`).
 """
 import contextlib
 import warnings
+import weakref
 
 import numpy as onp
 from mxnet import nd, np
@@ -25,6 +26,9 @@ from .. import kernels
 from . import ops
 
 CHUNK = 16  # self-cache positions added at a time
+# each model's DecodingSteps (`_stepper`), beside the model rather than in it: Gluon warns of
+# Blocks held in a plain dict attribute whenever the model's parameters are collected
+_STEPPERS = weakref.WeakKeyDictionary()
 
 
 @use_np
@@ -109,23 +113,37 @@ def step_top(model, tokens, state, k, rows=None):
     (log-probabilities (R, k), ids (R, k) float32), best first; advances the state like `step`.
     With ``rows`` (host int array) only those rows get the output layer (a hypothesis that has
     ended needs none: the search gives it EOS); the others get log-probability 0 and id 0."""
-    hidden, _ = step(model, tokens, state, hidden_only=True)  # (R, D)
-    R = hidden.shape[0]
-    if rows is not None and len(rows) == R:
-        rows = None
-    if rows is not None:
-        if len(rows) == 0:
-            zeros = np.zeros((R, k), ctx=hidden.ctx)
-            return zeros, zeros.copy()
-        hidden = np.take(hidden, np.array(rows, dtype="int32", ctx=hidden.ctx), axis=0)
+    hidden, rows = step_live(model, tokens, state, rows)
+    if hidden is None:
+        return rows_of_all(None, rows, tokens.shape[0], k, tokens.ctx)
     native = kernels.load()
     top = ops.top_log_probs(nd, model.output(hidden), k, native)  # (L, k) each
+    return rows_of_all(top, rows, tokens.shape[0], k, tokens.ctx)
+
+
+def step_live(model, tokens, state, rows=None):
+    """Advances the state like `step` -> (the decoder's output (L, D) of the L ``rows`` (host
+    ints; None: all R), or None when L = 0; the rows, None when they are all R)."""
+    hidden, _ = step(model, tokens, state, hidden_only=True)  # (R, D)
+    if rows is None or len(rows) == hidden.shape[0]:
+        return hidden, None
+    if len(rows) == 0:
+        return None, rows
+    return np.take(hidden, np.array(rows, dtype="int32", ctx=hidden.ctx), axis=0), rows
+
+
+def rows_of_all(top, rows, R, k, ctx):
+    """(values (L, k), ids (L, k)) of the L ``rows`` (`step_live`) -> (R, k) each, a row of
+    zeros for every other row (``top`` None: L = 0)."""
     if rows is None:
         return top
+    if top is None:
+        zeros = np.zeros((R, k), ctx=ctx)
+        return zeros, zeros.copy()
     where = onp.full(R, len(rows), "int32")
     where[rows] = onp.arange(len(rows))  # each row's line of top; the others a row of zeros
-    where = np.array(where, dtype="int32", ctx=hidden.ctx)
-    return tuple(np.take(np.concatenate([x, np.zeros((1, k), ctx=x.ctx)]), where, axis=0)
+    where = np.array(where, dtype="int32", ctx=ctx)
+    return tuple(np.take(np.concatenate([x, np.zeros((1, k), ctx=ctx)]), where, axis=0)
                  for x in top)
 
 
@@ -152,7 +170,7 @@ def _grown(cache):
 def _stepper(model, beam_size, hidden_only):
     """The model's `DecodingStep` for ``beam_size`` and ``hidden_only``, made once and
     hybridized (static memory and shapes) when the model is."""
-    steppers = model.__dict__.setdefault("_decoding_steps", {})
+    steppers = _STEPPERS.setdefault(model, {})
     key = (beam_size, hidden_only, model._active)  # Gluon's "hybridized" flag
     if key not in steppers:
         stepper = DecodingStep(model, beam_size, hidden_only)
