@@ -385,3 +385,22 @@ def test_ensembles_from_translate_and_evaluate_and_a_mismatched_vocabulary_is_on
     assert mixed.returncode == 2 and "another vocabulary" in err[-1] and "Traceback" not in \
         mixed.stderr.decode()
     assert not mixed.stdout
+
+
+def test_a_translation_batch_holds_at_most_640_hypotheses(toy, monkeypatch):
+    """Sentences per batch: at most 640 // beam (the caches grow with the hypotheses), and 256."""
+    from mtx.decoding import search
+    model, tokenizer, lines = toy
+    sizes = []
+
+    def recorded(model, src, *args, **kwargs):
+        sizes.append(src.shape[0])
+        return beam_search(model, src, *args, **kwargs)
+
+    monkeypatch.setattr(search, "beam_search", recorded)
+    short = ["w1 w2"] * 300  # 3 subwords with EOS: batch_tokens alone would allow all 300
+    for beam, most in ((5, 128), (1, 256), (8, 80)):
+        sizes.clear()
+        cfg = DecodeConfig(beam_size=beam, batch_tokens=100000)
+        assert len(Translator(model, tokenizer, cfg, mx.cpu()).translate(short)) == 300
+        assert max(sizes) == most and sum(sizes) == 300

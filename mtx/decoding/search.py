@@ -10,7 +10,8 @@ output limit (both in `mtx.decoding.search_rules`, which the CTranslate2 backend
 import numpy as onp
 from mxnet import np
 
-from ..data.batching import MAX_TRANSLATION_ROWS, length_groups, source_batch
+from ..data.batching import (MAX_TRANSLATION_HYPOTHESES, MAX_TRANSLATION_ROWS,
+                             length_groups, source_batch)
 from ..data.lines import LineTranslator
 from ..data.vocab import BOS, EOS, SPECIALS
 from .beam_step import NEG_INF, beam_step, candidates
@@ -140,8 +141,8 @@ class Translator(LineTranslator):
         """Non-empty lists of source ids (no EOS) -> per sentence [(ids, score)] (nbest of
         them), searched in batches of similar length."""
         results = [None] * len(src_ids)
-        for group in length_groups([len(ids) + 1 for ids in src_ids], self.cfg.batch_tokens,
-                                   MAX_TRANSLATION_ROWS):
+        rows = max(1, min(MAX_TRANSLATION_ROWS, MAX_TRANSLATION_HYPOTHESES // self.cfg.beam_size))
+        for group in length_groups([len(ids) + 1 for ids in src_ids], self.cfg.batch_tokens, rows):
             src, src_len = source_batch([src_ids[j] for j in group])  # (B, S), (B,)
             hyps = beam_search(self.model, np.array(src, ctx=self.ctx),
                                np.array(src_len, ctx=self.ctx), self.cfg.beam_size,
