@@ -23,7 +23,7 @@ from mtx import kernels
 from mtx.model import ops
 from mtx.files import sha256_of
 from mtx.model.layers import LayerNorm
-from mtx.training.loss import LabelSmoothedCrossEntropy
+from mtx.training.loss import LabelSmoothedCrossEntropy, SymmetricKL
 
 needs_compiler = pytest.mark.skipif(shutil.which("g++") is None,
                                     reason="the native kernels need a C++ compiler (g++)")
@@ -101,6 +101,50 @@ def test_fused_cross_entropy_matches_the_composed_one(hybridize, eps, label_dtyp
     onp.testing.assert_allclose(ours[2], reference[2], rtol=1e-4, atol=1e-6)
     assert (ours[2][1, 2:] == 0).all() and (ours[2][2] == 0).all()  # masked: exact zeros
     assert abs(ours[2][0]).max() > 0.1  # not a trivial gradient
+
+
+def _symmetric_kl_and_grad(native, logits, lengths, hybridize):
+    """(SymmetricKL's sum, d logits), fused or composed."""
+    from mtx.training import loss as loss_module
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loss_module.kernels, "load", lambda: native)
+        kl_fn = SymmetricKL()
+    kl_fn.initialize()
+    if hybridize:
+        kl_fn.hybridize(static_alloc=True)
+    logits = logits.copy()
+    logits.attach_grad()
+    with autograd.record():
+        total = kl_fn(logits, lengths)
+    total.backward()
+    return float(total), logits.grad.asnumpy()
+
+
+@needs_compiler
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_fused_symmetric_kl_matches_the_composed_one_and_the_formula(hybridize):
+    """mtx_symmetric_kl against MXNet's composition and against numpy's sum over the valid
+    positions of KL(p || q) + KL(q || p) (row b paired with row B + b); the logits' gradient of
+    both passes, exactly zero at masked positions, on logits far from zero."""
+    assert kernels.load()
+    rng = onp.random.RandomState(1)
+    B, T, V = 3, 4, 257
+    z = rng.normal(0, 4, size=(2 * B, T, V)).astype("float32") + 30
+    z[B:] += rng.normal(0, 1, size=(B, T, V)).astype("float32")  # the second pass differs
+    lengths = np.array([4, 1, 0], dtype="int32")
+    ours = _symmetric_kl_and_grad(True, np.array(z), lengths, hybridize)
+    reference = _symmetric_kl_and_grad(False, np.array(z), lengths, hybridize)
+    shifted = z.astype("float64") - z.max(-1, keepdims=True)
+    log_p = shifted - onp.log(onp.exp(shifted).sum(-1, keepdims=True))  # (2B, T, V)
+    both = ((onp.exp(log_p[:B]) - onp.exp(log_p[B:])) * (log_p[:B] - log_p[B:])).sum(-1)
+    expected = both[0].sum() + both[1, 0]  # lengths 4, 1, 0
+    assert ours[0] == pytest.approx(expected, rel=1e-4) and expected > 1.0
+    assert reference[0] == pytest.approx(expected, rel=1e-4)
+    onp.testing.assert_allclose(ours[1], reference[1], rtol=1e-3, atol=1e-6)
+    for row in (1, 1 + B):
+        assert (ours[1][row, 1:] == 0).all()
+    assert (ours[1][2] == 0).all() and (ours[1][2 + B] == 0).all()
+    assert abs(ours[1][0]).max() > 0.01 and abs(ours[1][B]).max() > 0.01
 
 
 @needs_compiler

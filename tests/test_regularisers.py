@@ -15,7 +15,7 @@ from mtx.data.batching import collate
 from mtx.data.vocab import BOS, EOS, PAD, UNK
 from mtx.errors import ConfigError
 from mtx.model.transformer import Transformer
-from mtx.training.loss import label_smoothed_loss
+from mtx.training.loss import label_smoothed_loss, rdrop_loss_fn
 from mtx.training.regularisers import drop_words, rdrop_loss
 
 
@@ -42,10 +42,12 @@ def test_word_dropout_replaces_only_input_subwords_and_is_seeded():
     assert not onp.array_equal(drop_words(batch, 0.3, seed=8).src_tokens, dropped.src_tokens)
 
 
-def _pieces(cfg):
-    model = Transformer(cfg)
-    model.initialize(mx.init.Xavier())
-    return SimpleNamespace(model=model, loss_fn=label_smoothed_loss(cfg.vocab_size, 0.1, mx.cpu()))
+def _pieces(cfg, model=None, alpha=5.0):
+    if model is None:
+        model = Transformer(cfg)
+        model.initialize(mx.init.Xavier())
+    return SimpleNamespace(model=model, loss_fn=label_smoothed_loss(cfg.vocab_size, 0.1, mx.cpu()),
+                           rdrop_fn=rdrop_loss_fn(cfg.vocab_size, 0.1, alpha, mx.cpu()))
 
 
 def test_rdrop_without_dropout_is_the_plain_loss_and_with_it_adds_a_positive_term(tiny_cfg):
@@ -55,17 +57,18 @@ def test_rdrop_without_dropout_is_the_plain_loss_and_with_it_adds_a_positive_ter
     pieces = _pieces(tiny_cfg)  # no dropout: both passes agree, the KL term is 0
     with autograd.record():
         plain, plain_nll = pieces.loss_fn(pieces.model(src, src_len, tgt_in), tgt_out, tgt_len)
-        paired, paired_nll = rdrop_loss(pieces, src, src_len, tgt_in, tgt_out, tgt_len, 5.0)
+        paired, paired_nll = rdrop_loss(pieces, src, src_len, tgt_in, tgt_out, tgt_len)
     assert float(paired) == pytest.approx(float(plain), rel=1e-5)
     assert float(paired_nll) == pytest.approx(float(plain_nll), rel=1e-5)
-    noisy = _pieces(dataclasses.replace(tiny_cfg, dropout=0.3))
+    noisy_cfg = dataclasses.replace(tiny_cfg, dropout=0.3)
+    weighted_fn = _pieces(noisy_cfg)
+    unweighted_fn = _pieces(noisy_cfg, weighted_fn.model, alpha=0.0)
     with autograd.record():  # training mode: each pass its own dropout
-        base, _ = rdrop_loss(noisy, src, src_len, tgt_in, tgt_out, tgt_len, 0.0)
         mx.random.seed(3)
-        weighted, _ = rdrop_loss(noisy, src, src_len, tgt_in, tgt_out, tgt_len, 5.0)
+        weighted, _ = rdrop_loss(weighted_fn, src, src_len, tgt_in, tgt_out, tgt_len)
         mx.random.seed(3)
-        unweighted, _ = rdrop_loss(noisy, src, src_len, tgt_in, tgt_out, tgt_len, 0.0)
-    assert math.isfinite(float(base)) and float(weighted) > float(unweighted)
+        unweighted, _ = rdrop_loss(unweighted_fn, src, src_len, tgt_in, tgt_out, tgt_len)
+    assert math.isfinite(float(unweighted)) and float(weighted) > float(unweighted)
 
 
 @pytest.mark.parametrize("settings, words", [({"rdrop_alpha": -1.0}, "train.rdrop_alpha"),

@@ -1,7 +1,8 @@
 """mtx's native CPU kernels: C++ operators for MXNet 1.9's custom-operator library API.
 
 Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.model.layers.LayerNorm`,
-``mtx_smoothed_ce`` (cross_entropy.cc), used by `mtx.training.loss.LabelSmoothedCrossEntropy`, and
+``mtx_smoothed_ce`` (cross_entropy.cc), used by `mtx.training.loss.LabelSmoothedCrossEntropy`,
+``mtx_symmetric_kl`` (symmetric_kl.cc), used by `mtx.training.loss.SymmetricKL` (R-Drop), and
 ``mtx_top_log_probs`` (top_log_probs.cc), used by `mtx.model.ops.top_log_probs` in the beam
 search. They are CPU-only; on a machine with a GPU, MXNet's CUDA operators run instead.
 
@@ -46,7 +47,8 @@ from ..datadir import cache_home
 from ..errors import FileWriteError
 
 SOURCES = [Path(__file__).with_name(name)
-           for name in ("layer_norm.cc", "cross_entropy.cc", "top_log_probs.cc")]
+           for name in ("layer_norm.cc", "cross_entropy.cc", "symmetric_kl.cc",
+                        "top_log_probs.cc")]
 HEADERS = [Path(__file__).with_name(name) for name in ("fast_exp.h", "op_api.h")]
 FLAGS = ["-shared", "-fPIC", "-std=c++11", "-O3", "-march=native", "-fopenmp"]
 _status = {}  # this process's decision, made once by `load`

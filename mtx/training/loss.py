@@ -1,4 +1,5 @@
-"""Label-smoothed cross-entropy masked by the target valid lengths."""
+"""The training losses, each summed over the valid target positions: label-smoothed
+cross-entropy, and R-Drop's symmetric KL between two dropout passes."""
 import numpy as onp
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
@@ -40,20 +41,79 @@ class LabelSmoothedCrossEntropy(HybridBlock):
 
     def hybrid_forward(self, F, logits, tgt_out, tgt_valid_len, uniform=None):
         loss, nll = self.per_position(F, logits, tgt_out, uniform)
-        steps = F.npx.arange_like(nll, axis=1)  # (T,) float
-        lengths = F.npx.reshape(tgt_valid_len, (-2, 1)).astype("float32")  # (B, 1)
-        mask = (steps < lengths).astype("float32")  # (B, T)
+        mask = valid_positions(F, nll, tgt_valid_len)
         return (loss * mask).sum(), (nll * mask).sum()
+
+
+def valid_positions(F, per_position, tgt_valid_len):
+    """per_position (B, T), tgt_valid_len (B,) -> (B, T) float32: 1 where t < the row's length."""
+    steps = F.npx.arange_like(per_position, axis=1)  # (T,) float
+    lengths = F.npx.reshape(tgt_valid_len, (-2, 1)).astype("float32")  # (B, 1)
+    return (steps < lengths).astype("float32")
+
+
+@use_np
+class SymmetricKL(HybridBlock):
+    """R-Drop's consistency term (Liang et al. 2021): logits (2B, T, V), the two dropout passes
+    of one batch stacked on axis 0, and tgt_valid_len (B,) -> the sum over the valid positions
+    of KL(p || q) + KL(q || p) between the passes' distributions at each position.
+
+    On the CPU with mtx's native kernels one fused operator (``mtx_symmetric_kl``,
+    mtx/kernels/symmetric_kl.cc) computes it without (2B, T, V) temporaries; otherwise MXNet's
+    operators do, in one cached graph (fresh (B, T, V) arrays every step cost the CPU more in
+    page faults than in arithmetic)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._native = kernels.load()
+
+    def hybrid_forward(self, F, logits, tgt_valid_len):
+        if self._native:  # kl (B, T), log-sum-exps and KL(p || q) for the backward
+            both_ways = F.mtx_symmetric_kl(logits.as_nd_ndarray())[0].as_np_ndarray()
+        else:
+            first, second = F.np.split(F.npx.log_softmax(logits, axis=-1), 2, axis=0)
+            both_ways = ((F.np.exp(first) - F.np.exp(second)) * (first - second)).sum(axis=-1)
+        return (both_ways * valid_positions(F, both_ways, tgt_valid_len)).sum()
+
+
+@use_np
+class RDropLoss(HybridBlock):
+    """R-Drop's loss (Liang et al. 2021): logits (2B, T, V) of the two dropout passes of a batch
+    stacked on axis 0, tgt_out (2B, T), tgt_valid_len (2B,) -> (loss, nll): the passes' mean
+    smoothed loss plus ``alpha`` / 4 times their `SymmetricKL` (the paper's sum of the two
+    losses with alpha / 2, halved), and their mean nll; both summed over the valid positions.
+    One cached graph for both terms: as two, each taking the logits, autograd would sum their
+    (2B, T, V) gradients outside either, in fresh memory every step (twice the terms' own time)."""
+
+    def __init__(self, vocab_size, label_smoothing, alpha, **kwargs):
+        super().__init__(**kwargs)
+        self.alpha = alpha
+        with self.name_scope():
+            self.smoothed = LabelSmoothedCrossEntropy(vocab_size, label_smoothing)
+            self.consistency = SymmetricKL()
+
+    def hybrid_forward(self, F, logits, tgt_out, tgt_valid_len):
+        loss, nll = self.smoothed(logits, tgt_out, tgt_valid_len)
+        first_pass_len = F.np.split(tgt_valid_len, 2, axis=0)[0]  # (B,)
+        return loss / 2 + self.alpha / 4 * self.consistency(logits, first_pass_len), nll / 2
 
 
 def label_smoothed_loss(vocab_size, label_smoothing, ctx):
     """The `LabelSmoothedCrossEntropy` of a vocabulary of ``vocab_size`` on ``ctx`` (a device or
     a list), initialized and hybridized: how training, gate training and the head study get
     their loss (``label_smoothing`` 0: the plain nll)."""
-    loss_fn = LabelSmoothedCrossEntropy(vocab_size, label_smoothing)
-    loss_fn.initialize(ctx=ctx)
-    loss_fn.hybridize(static_alloc=True)
-    return loss_fn
+    return _ready(LabelSmoothedCrossEntropy(vocab_size, label_smoothing), ctx)
+
+
+def rdrop_loss_fn(vocab_size, label_smoothing, alpha, ctx):
+    """The `RDropLoss` on ``ctx`` (a device or a list), initialized and hybridized."""
+    return _ready(RDropLoss(vocab_size, label_smoothing, alpha), ctx)
+
+
+def _ready(block, ctx):
+    block.initialize(ctx=ctx)
+    block.hybridize(static_alloc=True)
+    return block
 
 
 def mean_nll(model, loss_fn, device_batches, head_gates=None):

@@ -20,20 +20,11 @@ def drop_words(batch, probability, seed):
     return dataclasses.replace(batch, **dropped)
 
 
-def rdrop_loss(pieces, src, src_len, tgt_in, tgt_out, tgt_len, alpha):
+def rdrop_loss(pieces, src, src_len, tgt_in, tgt_out, tgt_len):
     """R-Drop (Liang et al. 2021): the rows through the model twice in one call (the batch
-    stacked on itself, (2B, ...)), so each pass has its own dropout -> (loss, nll): the passes'
-    mean smoothed loss plus ``alpha`` / 4 times the symmetric KL between their output
-    distributions (the paper's sum of the two losses with alpha / 2, halved), and their mean
-    nll; both summed over the valid target tokens."""
-    from mxnet import np, npx
+    stacked on itself, (2B, ...)), so each pass has its own dropout -> (loss, nll) of
+    ``pieces.rdrop_fn`` (`mtx.training.loss.RDropLoss`), summed over the valid target tokens."""
+    from mxnet import np
     twice = lambda x: np.concatenate([x, x], axis=0)  # noqa: E731
     logits = pieces.model(twice(src), twice(src_len), twice(tgt_in))  # (2B, T, V)
-    loss, nll = pieces.loss_fn(logits, twice(tgt_out), twice(tgt_len))
-    B, T = src.shape[0], tgt_in.shape[1]
-    log_probs = npx.log_softmax(logits.astype("float32"), axis=-1)
-    first, second = log_probs[:B], log_probs[B:]
-    both_ways = ((np.exp(first) - np.exp(second)) * (first - second)).sum(axis=-1)  # (B, T)
-    valid = (np.arange(T, ctx=src.ctx).reshape(1, -1)
-             < tgt_len.reshape(-1, 1).astype("float32")).astype("float32")  # (B, T)
-    return loss / 2 + alpha / 4 * (both_ways * valid).sum(), nll / 2
+    return pieces.rdrop_fn(logits, twice(tgt_out), twice(tgt_len))

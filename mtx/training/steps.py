@@ -26,7 +26,7 @@ def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None, budget
     scalar), its target tokens)."""
     parts = parallel.local_parts(batch)
     losses, nlls, ctx0 = [], [], pieces.ctxs[0]
-    rdrop = train_cfg.rdrop_alpha if budget_spent >= train_cfg.rdrop_from else 0.0
+    rdrop = train_cfg.rdrop_alpha and budget_spent >= train_cfg.rdrop_from
     with autograd.record():
         for part, ctx in zip(parts, pieces.ctxs):
             weight = 1.0
@@ -36,7 +36,7 @@ def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None, budget
                 part = drop_words(part, train_cfg.word_dropout, step * 1_000 + len(losses))
             src, src_len, tgt_in, tgt_out, tgt_len = to_device(part, ctx)
             if rdrop:
-                loss, nll = rdrop_loss(pieces, src, src_len, tgt_in, tgt_out, tgt_len, rdrop)
+                loss, nll = rdrop_loss(pieces, src, src_len, tgt_in, tgt_out, tgt_len)
             else:
                 loss, nll = pieces.loss_fn(pieces.model(src, src_len, tgt_in), tgt_out, tgt_len)
             if pieces.loss_scales:
