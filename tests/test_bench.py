@@ -43,7 +43,15 @@ def no_children(monkeypatch):
     (["decode", "--run", "r", "--max-sentences", "x"],
      "--max-sentences: 'x' is not a whole number"),
     (["serve", "--run", "r", "--seconds", "-1"], "--seconds: '-1' is not a number > 0"),
-    (["serve", "--run", "r", "--clients", "1-16"], "--clients 1-16: give client counts")])
+    (["serve", "--run", "r", "--clients", "1-16"], "--clients 1-16: give client counts"),
+    (["train", "--impl", "mtx,mtx:rdrop_alpha=-1"],
+     "--impl mtx:rdrop_alpha=-1: train.clip_norm, train.weight_decay, train.epsilon and "
+     "train.rdrop_alpha must be >= 0"),
+    (["train", "--impl", "mtx:no_such_setting=1"],
+     "--impl mtx:no_such_setting=1: no_such_setting is not a training setting"),
+    (["train", "--impl", "mtx:rdrop_alpha"], "give settings as IMPL:KEY=VALUE"),
+    (["train", "--impl", "gluonnlp:rdrop_alpha=5"], "apply to mtx and mtx-bf16 only"),
+    (["decode", "--run", "r", "--impl", "mtx:rdrop_alpha=5"], "are for mtx-bench train")])
 def test_bad_input_is_one_line_before_any_measurement(argv, words, capsys, tmp_path, no_children):
     assert words in one_line_error(capsys, [*argv, "--out", str(tmp_path / "report.json")])
     assert not (tmp_path / "report.json").exists()
@@ -103,6 +111,32 @@ def test_another_revision_runs_in_its_checkout_and_is_paired(monkeypatch, capsys
     printed = capsys.readouterr().out
     assert "| mtx / mtx@HEAD | 0.5 | 0.5 | 0.5 | 0.5, 0.5 |" in printed
     assert "no bfloat16 (it cannot run here)" in printed
+
+
+def test_an_implementation_with_training_settings_is_paired_with_it_without(monkeypatch, capsys):
+    """`mtx:rdrop_alpha=5` is a row of its own, its child told the settings, paired with mtx."""
+    calls = fake_children(monkeypatch, {"mtx": iter([2000.0, 2200.0]),
+                                        "mtx:rdrop_alpha=5": iter([1000.0, 1000.0])})
+    main(["train", "--impl", "mtx,mtx:rdrop_alpha=5", "--rounds", "2"])
+    assert [c["--impl"] for c in calls] == ["mtx", "mtx:rdrop_alpha=5"] * 2
+    assert "| mtx / mtx:rdrop_alpha=5 | 2.1 | 2.0 | 2.2 | 2.0, 2.2 |" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_training_settings_reach_the_measured_step(tmp_path, monkeypatch):
+    """`mtx:rdrop_alpha=5` measures steps that run R-Drop."""
+    from mtx.training import steps
+    paired = []
+    rdrop_loss = steps.rdrop_loss
+    monkeypatch.setattr(steps, "rdrop_loss",
+                        lambda pieces, *a: paired.append(pieces.rdrop_fn.alpha) or rdrop_loss(pieces, *a))
+    monkeypatch.setenv("MTX_DATA_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "train.json"
+    main(["train", "--impl", "mtx:rdrop_alpha=5", "--model", "tiny", "--data", "toy",
+          "--seconds", "0.3", "--warmup-steps", "1", "--out", str(out)])
+    result = json.loads(out.read_text())["train"]["mtx:rdrop_alpha=5"]
+    assert result["tok_s"] > 0 and result["precision"] == "float32"
+    assert len(paired) == result["steps"] and set(paired) == {5.0}
 
 
 @pytest.mark.slow

@@ -10,11 +10,12 @@ vocabulary, one dropout rate for attention too, as the peers take it), conf/data
 (--data), the same ~4096-token batches and OMP_NUM_THREADS threads; without --impl, mtx and every
 peer installed (the PyTorch ones with the bench-torch extra). One implementation is measured
 here, several each in a child, training in interleaved rounds with paired ratios (`rounds`).
-IMPL@REV is IMPL at git revision REV. DNNL_MAX_CPU_ISA=AVX2 in front measures as a CPU without
-AVX-512 would. Decoding: the run's
-test split with beam 5 and greedily, best of --rounds; several runs are translated by one mtx
-implementation in one process, in interleaved rounds (a smaller model against a larger one).
-Tables go to stdout.
+IMPL@REV is IMPL at git revision REV; mtx:KEY=VALUE[:KEY=VALUE...] (or mtx-bf16:...) trains with
+those training settings (`mtx.config.TrainConfig`), e.g. --impl mtx-bf16,mtx-bf16:rdrop_alpha=5
+for what R-Drop costs. DNNL_MAX_CPU_ISA=AVX2 in front measures as a CPU without AVX-512 would.
+Decoding: the run's test split with beam 5 and greedily, best of --rounds; several runs are
+translated by one mtx implementation in one process, in interleaved rounds (a smaller model
+against a larger one). Tables go to stdout.
 """
 import argparse
 import logging
@@ -27,7 +28,7 @@ from ..errors import ConfigError
 from . import rounds, tables
 from .inputs import DEFAULT_DATA, DEFAULT_MODEL
 from .measure import (DECODE_DEFAULT, DECODE_IMPLS, MTX_PRECISIONS, TRAIN_DEFAULT, TRAIN_IMPLS,
-                      decode_runs, describe, measure)
+                      decode_runs, describe, measure, train_settings)
 from .serve import measure_serve
 
 log = logging.getLogger("mtx.bench")
@@ -42,9 +43,14 @@ def impl_names(args, known, default=None):
     names = [n for n in (args.impl or default).split(",") if n]
     for name in names or [""]:
         impl, at, revision = name.partition("@")
-        if impl not in known or (at and not revision):
+        if impl.split(":")[0] not in known or (at and not revision):
             raise ConfigError(f"--impl {name}: unknown implementation; choose from "
                               f"{', '.join(known)} (each also as IMPL@GIT_REVISION)")
+        if ":" in impl and args.command != "train":
+            raise ConfigError(f"--impl {name}: training settings (IMPL:KEY=VALUE) are for "
+                              f"mtx-bench train")
+        if ":" in impl:
+            train_settings(impl)
         if revision:
             rounds.checkout(revision)  # a wrong revision fails now, not after the others
     reason = any(n.startswith("mtx-bf16") for n in names) and bfloat16_unavailable()

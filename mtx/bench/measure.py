@@ -68,10 +68,11 @@ def measure(kind, name, args):
         from ..hardware.devices import use_numpy_interface
         use_numpy_interface()
     results, model_cfg = (measure_train if kind == "train" else measure_decode)(name, args)
+    impl = name.split(":")[0]  # without its training settings
     precision = {**MTX_PRECISIONS, **{n: p for n, (p, _) in TORCH_PEERS.items()}}
-    common = {"precision": CT2[name][0] if name in CT2 else precision.get(name, "float32"),
+    common = {"precision": CT2[impl][0] if impl in CT2 else precision.get(impl, "float32"),
               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
-    if name in MTX_PRECISIONS:
+    if impl in MTX_PRECISIONS:
         from .. import kernels
         common["kernels"] = dict(kernels.status())
     for result in results.values():
@@ -79,10 +80,40 @@ def measure(kind, name, args):
     return {"machine": describe(), "model_config": dataclasses.asdict(model_cfg), kind: results}
 
 
+def train_settings(name):
+    """An implementation's name -> (implementation, TrainConfig settings): ``mtx-bf16`` alone,
+    or with training settings after colons, ``mtx-bf16:rdrop_alpha=5:word_dropout=0.1`` (mtx's
+    only: what a regulariser costs, against the same implementation without it). ConfigError
+    for a setting TrainConfig refuses."""
+    import yaml
+    from ..config import TrainConfig
+    impl, *pairs = name.split(":")
+    if pairs and impl not in MTX_PRECISIONS:
+        raise ConfigError(f"--impl {name}: training settings apply to mtx and mtx-bf16 only")
+    settings = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not (equals and key and value):
+            raise ConfigError(f"--impl {name}: give settings as IMPL:KEY=VALUE, e.g. "
+                              f"mtx-bf16:rdrop_alpha=5")
+        settings[key] = yaml.safe_load(value)
+    unknown = set(settings) - {f.name for f in dataclasses.fields(TrainConfig)}
+    if unknown:
+        raise ConfigError(f"--impl {name}: {', '.join(sorted(unknown))} is not a training setting "
+                          f"(the keys of conf/train, e.g. rdrop_alpha, word_dropout)")
+    try:
+        TrainConfig(**settings)
+    except ConfigError as err:
+        raise ConfigError(f"--impl {name}: {err}") from None
+    return impl, settings
+
+
 def training_step(name, model_cfg):
     """``step(batch) -> loss`` (done when read): mtx's as `mtx.training` runs it (optimizer,
-    schedule, clipping, loss; one CPU), or a peer's."""
+    schedule, clipping, loss; one CPU; the settings of ``name``, `train_settings`), or a
+    peer's."""
     from ..config import TrainConfig
+    name, settings = train_settings(name)
     if name in PEERS:
         return PEERS[name](model_cfg).train_step
     if name in TORCH_PEERS:
@@ -92,7 +123,8 @@ def training_step(name, model_cfg):
     from ..training.parallel import DataParallel
     from ..training.build import build_pieces
     from ..training.steps import train_step
-    train_cfg, parallel = TrainConfig(precision=MTX_PRECISIONS[name]), DataParallel([mx.cpu()])
+    train_cfg = TrainConfig(**{"precision": MTX_PRECISIONS[name], **settings})
+    parallel = DataParallel([mx.cpu()])
     pieces = build_pieces(model_cfg, train_cfg, parallel.ctxs, parallel.trainer_kvstore)
     updates = itertools.count(1)
     return lambda batch: train_step(pieces, parallel, batch, next(updates), train_cfg)[0]
