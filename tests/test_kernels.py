@@ -62,16 +62,23 @@ def test_native_layer_norm_matches_mxnet(hybridize):
     assert abs(ours[0].mean(axis=-1)).max() > 0.1  # beta shifted it: not a trivial output
 
 
-def _loss_and_grads(native, logits, labels, lengths, eps, hybridize, nll_weight):
-    """(smoothed loss sum, nll sum, d logits) of LabelSmoothedCrossEntropy, fused or composed;
-    backward from loss + nll_weight * nll (the trainer's backward is loss alone)."""
+def _loss_block(native, make, hybridize):
+    """The loss block ``make()`` builds, with mtx's fused operator (``native``) or MXNet's."""
     from mtx.training import loss as loss_module
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loss_module.kernels, "load", lambda: native)
-        loss_fn = LabelSmoothedCrossEntropy(logits.shape[-1], eps)
-    loss_fn.initialize()
+        block = make()
+    block.initialize()
     if hybridize:
-        loss_fn.hybridize(static_alloc=True)
+        block.hybridize(static_alloc=True)
+    return block
+
+
+def _loss_and_grads(native, logits, labels, lengths, eps, hybridize, nll_weight):
+    """(smoothed loss sum, nll sum, d logits) of LabelSmoothedCrossEntropy, fused or composed;
+    backward from loss + nll_weight * nll (the trainer's backward is loss alone)."""
+    loss_fn = _loss_block(native, lambda: LabelSmoothedCrossEntropy(logits.shape[-1], eps),
+                          hybridize)
     logits = logits.copy()
     logits.attach_grad()
     with autograd.record():
@@ -105,13 +112,7 @@ def test_fused_cross_entropy_matches_the_composed_one(hybridize, eps, label_dtyp
 
 def _symmetric_kl_and_grad(native, logits, lengths, hybridize):
     """(SymmetricKL's sum, d logits), fused or composed."""
-    from mtx.training import loss as loss_module
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loss_module.kernels, "load", lambda: native)
-        kl_fn = SymmetricKL()
-    kl_fn.initialize()
-    if hybridize:
-        kl_fn.hybridize(static_alloc=True)
+    kl_fn = _loss_block(native, SymmetricKL, hybridize)
     logits = logits.copy()
     logits.attach_grad()
     with autograd.record():

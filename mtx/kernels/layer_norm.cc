@@ -106,13 +106,7 @@ MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs
 
 MXReturnValue infer_type(const std::unordered_map<std::string, std::string>& attrs,
                          std::vector<int>* in_types, std::vector<int>* out_types) {
-  for (int t : *in_types) {
-    if (t != kFloat32) {
-      MX_ERROR_MSG << "mtx_layer_norm: float32 inputs only";
-      return MX_FAIL;
-    }
-  }
-  return mtx::float32_outputs(out_types);
+  return mtx::float32_only("mtx_layer_norm", *in_types, out_types);
 }
 
 MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& attrs,

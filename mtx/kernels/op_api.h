@@ -39,6 +39,18 @@ inline mxnet::ext::MXReturnValue float32_outputs(std::vector<int>* out_types) {
   return mxnet::ext::MX_SUCCESS;
 }
 
+// an infer_type of an operator whose inputs must all be float32: ``op``'s error otherwise
+inline mxnet::ext::MXReturnValue float32_only(const char* op, const std::vector<int>& in_types,
+                                              std::vector<int>* out_types) {
+  for (int t : in_types) {
+    if (t != mxnet::ext::kFloat32) {
+      MX_ERROR_MSG << op << ": float32 inputs only";
+      return mxnet::ext::MX_FAIL;
+    }
+  }
+  return float32_outputs(out_types);
+}
+
 }  // namespace mtx
 
 #endif  // MTX_KERNELS_OP_API_H_

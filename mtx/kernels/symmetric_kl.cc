@@ -111,11 +111,7 @@ MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs
 
 MXReturnValue infer_type(const std::unordered_map<std::string, std::string>& attrs,
                          std::vector<int>* in_types, std::vector<int>* out_types) {
-  if ((*in_types)[0] != kFloat32) {
-    MX_ERROR_MSG << "mtx_symmetric_kl: float32 logits only";
-    return MX_FAIL;
-  }
-  return mtx::float32_outputs(out_types);
+  return mtx::float32_only("mtx_symmetric_kl", *in_types, out_types);
 }
 
 MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& attrs,
