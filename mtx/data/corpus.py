@@ -139,6 +139,15 @@ def tokenizer_sha256(tokenizer):
     return hashlib.sha256(json.dumps(tokenizer.symbols).encode()).hexdigest()
 
 
+def vocabulary_sha256(tokenizer):
+    """SHA-256 of what ``tokenizer`` does to text, for runs that must share a vocabulary (an
+    ensemble): `SentencePieceTokenizer.definition`, not the model file's bytes, so that one
+    vocabulary trained in two checkouts or on two machines is one; a word list's symbols."""
+    if not isinstance(tokenizer, SentencePieceTokenizer):
+        return tokenizer_sha256(tokenizer)
+    return hashlib.sha256(json.dumps(tokenizer.definition()).encode()).hexdigest()
+
+
 def save_tokenizer(tokenizer, run_dir):
     """Keep the run's tokenizer next to its checkpoints (atomically)."""
     run_dir = Path(run_dir)

@@ -18,6 +18,9 @@ def output_subwords(tokenizer, lines):
     return sum(len(ids) + 1 for ids in tokenizer.encode(lines))
 
 
+NORMALISATION_PROBE = "ＡＢＣ ﬁ Ａ  b\u00a0c Ä A\u0308 ½"  # full-width, a ligature, spaces, composed or not
+
+
 class SentencePieceTokenizer:
     """Text <-> subword ids with a joint SentencePiece model (ids: pad 0, unk 1, bos 2, eos 3).
     `encode_source` is `encode` of source text, lowercased first when the run was trained so
@@ -57,6 +60,16 @@ class SentencePieceTokenizer:
 
     def pieces(self, ids):
         return [self._sp.id_to_piece(int(i)) for i in ids]
+
+    def definition(self):
+        """What this tokenizer does to text, without where its model was trained (the model
+        file also records the paths of its training text): every piece with its score and
+        kind, the ids of a text that normalisation changes, and the source lowercasing."""
+        sp = self._sp
+        pieces = [(sp.id_to_piece(i), round(sp.get_score(i), 6), sp.is_control(i),
+                   sp.is_unknown(i), sp.is_unused(i)) for i in range(len(self))]
+        return {"pieces": pieces, "normalised": sp.encode(NORMALISATION_PROBE),
+                "lowercase_source": self.lowercase_source}
 
 
 def train_sentencepiece(texts, vocab_size, cache_dir):

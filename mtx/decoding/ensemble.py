@@ -72,17 +72,17 @@ def load_decoders(run_dirs, ctx, which="auto"):
     """(model, tokenizer, the first run's DataConfig) of one run directory, or of several as an
     `Ensemble` (`load_decoder` each; checkpoint ``which`` of each); a run whose tokenizer differs
     from the first's is one ConfigError."""
-    from ..data.corpus import tokenizer_sha256
+    from ..data.corpus import vocabulary_sha256
     from .search import load_decoder
     model, tokenizer, data_cfg = load_decoder(run_dirs[0], ctx, which)
     if len(run_dirs) == 1:
         return model, tokenizer, data_cfg
-    models, vocabulary = [model], tokenizer_sha256(tokenizer)
+    models, vocabulary = [model], vocabulary_sha256(tokenizer)
     for run_dir in run_dirs[1:]:
         other, other_tokenizer, _ = load_decoder(run_dir, ctx, which)
-        if tokenizer_sha256(other_tokenizer) != vocabulary:
+        if vocabulary_sha256(other_tokenizer) != vocabulary:
             raise ConfigError(f"ensemble: {run_dir} has another vocabulary than {run_dirs[0]} "
                               f"(another tokenizer); an ensemble needs runs trained with one "
-                              f"vocabulary (the same data and data.vocab_size)")
+                              f"vocabulary (the same data, data.vocab_size and data.lowercase_source)")
         models.append(other)
     return Ensemble(models), tokenizer, data_cfg
