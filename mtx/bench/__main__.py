@@ -46,10 +46,10 @@ def impl_names(args, known, default=None):
         if impl.split(":")[0] not in known or (at and not revision):
             raise ConfigError(f"--impl {name}: unknown implementation; choose from "
                               f"{', '.join(known)} (each also as IMPL@GIT_REVISION)")
-        if ":" in impl and args.command != "train":
-            raise ConfigError(f"--impl {name}: training settings (IMPL:KEY=VALUE) are for "
-                              f"mtx-bench train")
-        if ":" in impl:
+        if ":" in impl:  # training settings: checked now, not in a child after the others
+            if args.command != "train":
+                raise ConfigError(f"--impl {name}: training settings (IMPL:KEY=VALUE) are for "
+                                  f"mtx-bench train")
             train_settings(impl)
         if revision:
             rounds.checkout(revision)  # a wrong revision fails now, not after the others
