@@ -297,6 +297,27 @@ def test_subword_dropout_outside_its_range_or_on_the_toy_task_is_refused(setting
         DataConfig(**settings)
 
 
+@pytest.mark.parametrize("settings", [{"subword_dropout_from": 0.5},
+                                      {"subword_dropout": 0.1, "subword_dropout_from": 1.0},
+                                      {"subword_dropout": 0.1, "subword_dropout_from": -0.5}])
+def test_subword_dropout_from_outside_the_budget_or_without_dropout_is_refused(settings):
+    from mtx.config import DataConfig
+    with pytest.raises(ConfigError, match=r"data.subword_dropout_from=.*in \[0, 1\).*"
+                                          r"data.subword_dropout > 0"):
+        DataConfig(**settings)
+
+
+def test_subword_dropout_from_cuts_anew_only_epochs_that_start_late(tmp_path):
+    from mtx.data.corpus import TrainingPairs
+    corpus = _small_corpus(tmp_path)
+    late = TrainingPairs(corpus, 128, subword_dropout=0.3, dropout_from=0.5)
+    assert not late.resegmented_at(0.49) and late.resegmented_at(0.5)
+    assert late.for_epoch(7, resegmented=False) == corpus.train_pairs(128)
+    assert late.for_epoch(7, resegmented=True) == corpus.resampled_train_pairs(128, 0.3, 7)
+    never = TrainingPairs(corpus, 128)
+    assert not never.resegmented_at(1.0) and never.for_epoch(7) == corpus.train_pairs(128)
+
+
 def test_distilled_targets_replace_or_join_the_references_and_must_align(tmp_path):
     from mtx.data.corpus import distilled_pairs
     sources, references = ["a man", "two dogs"], ["ein Mann", "zwei Hunde"]

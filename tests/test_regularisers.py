@@ -1,6 +1,6 @@
 """The training step's regularisers beside dropout: word dropout on the inputs and R-Drop's
-consistency term, each checked against what it must equal when it cannot act, and a short toy
-run with both."""
+consistency term, each checked against what it must equal when it cannot act, a short toy
+run with both, and the epochs BPE-dropout cuts anew."""
 import dataclasses
 import math
 from types import SimpleNamespace
@@ -98,3 +98,25 @@ def test_r_drop_from_a_fraction_of_the_budget_reads_the_budget():
     for unread in (dataclasses.replace(late, rdrop_from=0.0),  # R-Drop all along
                    dataclasses.replace(late, rdrop_alpha=0.0)):  # no R-Drop
         assert budget_spent(unread, state, clock, parallel, 100) == 0.0
+
+
+def test_bpe_dropout_from_a_fraction_cuts_later_epochs_and_a_resume_keeps_an_epochs_cut(tmp_path):
+    """`data.subword_dropout_from`: an epoch is cut anew when it starts with that fraction of the
+    budget spent or more; the choice is in the training state, so a run resumed inside an epoch
+    keeps the epoch's cut (here: epoch 1 resumed after its first batch, cut anew)."""
+    from mtx.config import DataConfig, DecodeConfig, ModelConfig
+    from mtx.training.run import new_fit
+    from tests.test_data import _small_corpus
+    corpus = _small_corpus(tmp_path)
+    corpus.text["val"], corpus.ids["val"] = corpus.text["train"], corpus.ids["train"]
+    model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
+                            num_decoder_layers=1, vocab_size=len(corpus.tokenizer))
+    fit = new_fit(corpus, model_cfg, DataConfig(subword_dropout=0.3, subword_dropout_from=0.5),
+                  TrainConfig(batch_tokens=256, max_epochs=4, eval_bleu=False, warmup_steps=2),
+                  DecodeConfig(), tmp_path / "run", [mx.cpu()], seed=1)
+    cuts, for_epoch = [], fit.train_pairs.for_epoch
+    fit.train_pairs.for_epoch = lambda seed, cut: cuts.append(cut) or for_epoch(seed, cut)
+    fit.state.batch_in_epoch, fit.state.epoch_resegmented = 1, True
+    fit.run()
+    assert cuts == [True, False, True, True]   # budget spent where epochs 2-4 start: 1/4, 2/4, 3/4
+    assert fit.state.epoch == 4 and fit.state.epoch_resegmented is None

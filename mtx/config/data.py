@@ -17,6 +17,7 @@ class DataConfig:
     vocab_size: int = 8000          # joint SentencePiece vocabulary
     max_pair_len: int = field(default=128, metadata={"key": "max_len"})  # longer pairs: skipped
     subword_dropout: float = 0.0    # BPE-dropout of the training split, resampled every epoch
+    subword_dropout_from: float = 0.0  # ... only in epochs from this fraction of the budget on
     distilled_target: Optional[str] = None  # a teacher's translations of the training sources
     distilled_with_references: bool = False  # train on them beside the references, not instead
     lowercase_source: bool = False  # the source side lowercased everywhere (the target keeps its case)
@@ -36,6 +37,11 @@ class DataConfig:
         if not 0.0 <= self.subword_dropout < 1.0 or (self.subword_dropout and self.name == "toy"):
             raise ConfigError(f"data.subword_dropout={self.subword_dropout}: give a probability "
                               f"in [0, 1) (0.1 is usual), for a SentencePiece corpus (not toy)")
+        if not 0.0 <= self.subword_dropout_from < 1.0 or (self.subword_dropout_from
+                                                           and not self.subword_dropout):
+            raise ConfigError(f"data.subword_dropout_from={self.subword_dropout_from}: give the "
+                              f"fraction of the budget in [0, 1) from which BPE-dropout starts "
+                              f"(e.g. 0.5: the second half), with data.subword_dropout > 0")
         if self.lowercase_source and self.name == "toy":
             raise ConfigError("data.lowercase_source=true is for a Multi30k corpus; the toy task "
                               "has no letter case")

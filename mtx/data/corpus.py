@@ -64,18 +64,25 @@ class Corpus:
 
 class TrainingPairs:
     """The training pairs (`Corpus.train_pairs`) as each epoch sees them: the same segmentation
-    every epoch, or with ``subword_dropout`` > 0 a new one from the epoch's seed."""
+    every epoch, or with ``subword_dropout`` > 0 a new one from the epoch's seed in every epoch
+    that starts at ``dropout_from`` (a fraction of the training budget) or later."""
 
-    def __init__(self, corpus, max_pair_len, subword_dropout=0.0):
-        self.corpus, self.max_pair_len, self.subword_dropout = corpus, max_pair_len, subword_dropout
+    def __init__(self, corpus, max_pair_len, subword_dropout=0.0, dropout_from=0.0):
+        self.corpus, self.max_pair_len = corpus, max_pair_len
+        self.subword_dropout, self.dropout_from = subword_dropout, dropout_from
         self.src, self.tgt = corpus.train_pairs(max_pair_len)
 
     def __len__(self):
         return len(self.src)
 
-    def for_epoch(self, seed):
-        """(source ids, target ids) of every pair, in the same order every epoch."""
-        if not self.subword_dropout:
+    def resegmented_at(self, budget_fraction):
+        """Whether an epoch that starts with ``budget_fraction`` of the budget spent is cut anew."""
+        return bool(self.subword_dropout) and budget_fraction >= self.dropout_from
+
+    def for_epoch(self, seed, resegmented=True):
+        """(source ids, target ids) of every pair, in the same order every epoch: cut anew from
+        ``seed`` when ``resegmented`` (and BPE-dropout is on), else the usual cut."""
+        if not (self.subword_dropout and resegmented):
             return self.src, self.tgt
         return self.corpus.resampled_train_pairs(self.max_pair_len, self.subword_dropout, seed)
 

@@ -78,14 +78,19 @@ class StopSignals:
 
 
 def budget_spent(train_cfg, state, clock, parallel, num_batches):
-    """The fraction of the training budget spent (0 to 1, the same on every worker) at ``state``
-    (`TrainState`) in an epoch of ``num_batches``: of `train.max_epochs` or of
-    `train.max_minutes`, whichever is further on. Read where the epoch starts and at log points,
-    and only where something depends on it: a `train.cooldown` (the learning rate) or R-Drop
-    from `train.rdrop_from` on (then the training depends on the clock: a resumed run is exact up
-    to it); 0.0 otherwise."""
+    """The fraction of the training budget spent (`budget_fraction`), read where the epoch starts
+    and at log points, and only where something depends on it: a `train.cooldown` (the learning
+    rate) or R-Drop from `train.rdrop_from` on (then the training depends on the clock: a resumed
+    run is exact up to it); 0.0 otherwise."""
     if not (train_cfg.cooldown or (train_cfg.rdrop_alpha and train_cfg.rdrop_from)):
         return 0.0
+    return budget_fraction(train_cfg, state, clock, parallel, num_batches)
+
+
+def budget_fraction(train_cfg, state, clock, parallel, num_batches):
+    """The fraction of the training budget spent (0 to 1, the same on every worker) at ``state``
+    (`TrainState`) in an epoch of ``num_batches``: of `train.max_epochs` or of
+    `train.max_minutes`, whichever is further on."""
     epochs = (state.epoch + state.batch_in_epoch / max(num_batches, 1)) / train_cfg.max_epochs
     minutes = clock.minutes() / train_cfg.max_minutes if train_cfg.max_minutes else 0.0
     return min(1.0, max(epochs, parallel.mean(minutes)))

@@ -19,7 +19,7 @@ from ..data.batching import bucket_batches
 from ..hardware.devices import seed_everything
 from .schedule import learning_rate
 from .checkpointing import Checkpointing
-from .control import Clock, StopSignals, budget_spent
+from .control import Clock, StopSignals, budget_fraction, budget_spent
 from .state import TrainState, epoch_seed, position_seed
 from .steps import LossMeter, evaluate, train_step
 
@@ -57,8 +57,11 @@ class Fit:
         """The rest of the current epoch; False when the wall-clock budget cut it short."""
         state, cfg, parallel, finished = self.state, self.train_cfg, self.parallel, False
         seed = epoch_seed(self.seed, state.epoch)
-        batches = bucket_batches(*self.train_pairs.for_epoch(seed), cfg.batch_tokens,
-                                 shuffle=True, seed=seed)
+        if state.epoch_resegmented is None:
+            state.epoch_resegmented = self.train_pairs.resegmented_at(
+                budget_fraction(cfg, state, self.clock, parallel, 1))
+        batches = bucket_batches(*self.train_pairs.for_epoch(seed, state.epoch_resegmented),
+                                 cfg.batch_tokens, shuffle=True, seed=seed)
         records = self.run_dir.records if parallel.is_chief else None
         with EpochLog(state, cfg, self.clock, records, len(batches), self.seed) as epoch_log:
             spent = lambda: budget_spent(cfg, state, self.clock, parallel, len(batches))

@@ -55,7 +55,8 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
                           f"raise model.max_len")
     corpus = load_corpus(data_cfg, data_dir, seed, load_tokenizer(run.path) if resuming else None)
     # none left: a ConfigError, before the run directory is written
-    train_pairs = TrainingPairs(corpus, data_cfg.max_pair_len, data_cfg.subword_dropout)
+    train_pairs = TrainingPairs(corpus, data_cfg.max_pair_len, data_cfg.subword_dropout,
+                                data_cfg.subword_dropout_from)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
     if resuming:
@@ -153,5 +154,6 @@ def new_fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctxs, s
     seed_everything(seed)  # the initial parameters
     parallel = DataParallel(ctxs, train_cfg.kvstore)
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore)
-    train_pairs = TrainingPairs(corpus, data_cfg.max_pair_len, data_cfg.subword_dropout)
+    train_pairs = TrainingPairs(corpus, data_cfg.max_pair_len, data_cfg.subword_dropout,
+                                data_cfg.subword_dropout_from)
     return Fit(pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed)

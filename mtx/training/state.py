@@ -41,6 +41,8 @@ class TrainState:
     epoch_skipped: int = 0          # after a resume too
     epoch_job_tokens: int = 0       # target tokens of the whole job this epoch, and the
     epoch_seconds: float = 0.0      # seconds they took (train/tok_s)
+    epoch_resegmented: Optional[bool] = None  # its pairs cut anew (BPE-dropout); None: not yet
+                                    # decided (where the epoch starts; a resume keeps it)
 
     @classmethod
     def from_dict(cls, values):
@@ -54,6 +56,7 @@ class TrainState:
         """Counters of a new epoch (after the previous one ended)."""
         self.batch_in_epoch = self.epoch_tokens = self.epoch_skipped = self.epoch_job_tokens = 0
         self.epoch_nll = self.epoch_seconds = 0.0
+        self.epoch_resegmented = None
 
     def end_epoch(self, val_loss, bleu, minutes):
         """Score the finished epoch (val BLEU, or -val loss without BLEU: higher is better) ->
