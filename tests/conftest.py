@@ -43,11 +43,17 @@ def run_script(name, *overrides, stdin=None, cwd=None, env=None, timeout=600):
 
 @pytest.fixture(scope="session")
 def multi30k_dir():
-    """The local Multi30k copy the tests use (MTX_MULTI30K_DIR, as in .ci/run)."""
-    path = Path(os.environ.get("MTX_MULTI30K_DIR", ROOT.parent / "shared" / "data" / "multi30k"))
-    assert (path / "SHA256SUMS").is_file(), (
-        f"{path} has no Multi30k copy; set MTX_MULTI30K_DIR to the task1/raw files")
-    return path
+    """The folder of Multi30k's training splits (en, de, fr), found where mtx finds them: a local
+    copy (MTX_MULTI30K_DIR; the Makefile sets it to a copy beside the checkout), else the data
+    directory's multi30k/ (`make data`), downloaded there when missing; every file checked
+    against mtx's own SHA-256 table. Without the files and a network, one line says what to do."""
+    from mtx.data.multi30k import training_folder
+    from mtx.datadir import data_dir
+    from mtx.errors import DataError
+    try:
+        return training_folder(os.environ.get("MTX_MULTI30K_DIR") or None, data_dir())
+    except DataError as err:
+        pytest.fail(f"the tests need Multi30k: {err}", pytrace=False)
 
 
 def run_command(name, *overrides, stdin=None, cwd, env=None, timeout=600):

@@ -380,3 +380,15 @@ def test_one_vocabulary_trained_in_two_places_is_one_for_an_ensemble(tmp_path):
     other = SentencePieceTokenizer(train_sentencepiece(texts, 70, tmp_path / "c"))
     lowered = SentencePieceTokenizer(here.model_path, lowercase_source=True)
     assert len({vocabulary_sha256(t) for t in (here, other, lowered)}) == 3
+
+
+def test_training_folder_is_the_local_copy_else_the_data_directory(multi30k_dir, tmp_path,
+                                                                   monkeypatch):
+    """Where the tests and `make data` find the training splits: a local copy as it is, else
+    <data>/multi30k/ (downloaded there, checked by mtx's table; here from a file:// mirror)."""
+    assert multi30k.training_folder(str(multi30k_dir), tmp_path / "unused") == multi30k_dir
+    monkeypatch.setattr(multi30k, "MULTI30K_URL", multi30k_dir.as_uri() + "/")
+    folder = multi30k.training_folder(None, tmp_path / "data", langs=("en", "de"))
+    assert folder == tmp_path / "data" / "multi30k"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        multi30k.file_name(s, lang) for s in multi30k.SPLITS for lang in ("en", "de"))

@@ -124,6 +124,15 @@ def load_multi30k(src_lang, tgt_lang, raw_dir, data_dir):
     return {split: load_split(split, src_lang, tgt_lang, raw_dir, data_dir) for split in SPLITS}
 
 
+def training_folder(raw_dir, data_dir, langs=MULTI30K_LANGS):
+    """The folder holding the training splits (`SPLITS`) of ``langs``, each verified (downloaded
+    into ``<data_dir>/multi30k/`` when missing and no local copy is given), as `make data`
+    gets them. DataError, one line, when a file cannot be had."""
+    paths = {multi30k_file(file_name(split, lang), raw_dir, data_dir).parent
+             for split in SPLITS for lang in langs}
+    return paths.pop()  # one folder: a local copy must hold every training split
+
+
 def fetch_all(raw_dir, data_dir, langs=MULTI30K_LANGS):
     """Every file of the registry in ``langs``, verified (downloaded when missing):
     [(name, path or None, problem or None)]. A training split that cannot be had raises."""
