@@ -113,7 +113,7 @@ def test_typed_values_are_checked(cls, key, value, expected):
     (DataConfig, {"name": "toy", "min_len": 9, "max_toy_len": 4}, "1 <= min_len <= max_toy_len"),
     (DataConfig, {"name": "toy", "sizes": [100, 10]}, "give three positive sizes"),
     (DataConfig, {"name": "toy", "task": "sort"}, "data.task=sort: the toy task is one of copy, "),
-    (DataConfig, {"name": "wmt14"}, "data.name=wmt14: choose multi30k or toy"),
+    (DataConfig, {"name": "wmt14"}, "data.name=wmt14: choose one of multi30k, files, toy "),
     (DataConfig, {"vocab_size": 8}, "data.vocab_size=8 is too small (at least 16)"),
     (ModelConfig, {"num_encoder_layers": 0}, "model.num_encoder_layers=0 must be at least 1"),
     (ModelConfig, {"ffn_num_hiddens": 0}, "model.ffn_num_hiddens=0 must be at least 1"),

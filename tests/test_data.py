@@ -253,7 +253,7 @@ def test_the_final_report_scores_every_available_test_set(multi30k_dir, tmp_path
     raw = _copy_multi30k(multi30k_dir, tmp_path / "raw")
     _make_test_set(raw, "test_2017_flickr", ("en", "de"), monkeypatch)
     monkeypatch.setattr(multi30k, "MULTI30K_URL", "http://127.0.0.1:9/")  # never reached
-    corpus = SimpleNamespace(text={"test_2016_flickr": (["x"], ["y"])})
+    corpus = SimpleNamespace(text={"test_2016_flickr": (["x"], ["y"])}, test_names=["test_2016_flickr"])
     sets = test_sets(corpus, DataConfig(raw_dir=str(raw)), tmp_path / "data")
     assert [name for name, _, _ in sets] == list(multi30k.TEST_SETS)
     assert sets[0][1] == (["x"], ["y"]) and sets[1][1] == (["en a b", "en c d"], ["de a b", "de c d"])
@@ -264,29 +264,44 @@ def test_the_final_report_scores_every_available_test_set(multi30k_dir, tmp_path
 
 
 def _small_corpus(tmp_path):
-    from mtx.data.corpus import Corpus
+    from mtx.data.corpus import Corpus, ListText
+    from mtx.data.pairs import PairIds
     src = [f"the {w} dog runs fast across the green meadow" for w in ("black", "brown", "white")] * 20
     tgt = [f"der {w} Hund rennt schnell über die grüne Wiese" for w in ("schwarze", "braune", "weiße")] * 20
     tokenizer = SentencePieceTokenizer(train_sentencepiece(src + tgt, 60, tmp_path))
-    return Corpus({"train": (src, tgt)}, {"train": (tokenizer.encode(src), tokenizer.encode(tgt))},
-                  tokenizer)
+    training = PairIds.from_lists(tokenizer.encode(src), tokenizer.encode(tgt))
+    return Corpus({}, {}, tokenizer, training, ListText(src, tgt), [])
 
 
 def test_subword_dropout_resegments_the_same_pairs_by_seed(tmp_path):
     corpus = _small_corpus(tmp_path)
-    usual_src, usual_tgt = corpus.train_pairs(128)
-    first = corpus.resampled_train_pairs(128, 0.3, seed=7)
-    assert first == corpus.resampled_train_pairs(128, 0.3, seed=7)   # a resumed epoch's
-    second = corpus.resampled_train_pairs(128, 0.3, seed=8)
+    usual_src, usual_tgt = corpus.train_pairs()
+    first = corpus.resampled_training(128, 0.3, seed=7).to_lists()
+    assert first == corpus.resampled_training(128, 0.3, seed=7).to_lists()  # a resumed epoch's
+    second = corpus.resampled_training(128, 0.3, seed=8).to_lists()
     assert second != first
     for src, tgt in (first, second):   # the same sentences, in the same order, cut differently
         assert corpus.tokenizer.decode(src) == corpus.tokenizer.decode(usual_src)
         assert corpus.tokenizer.decode(tgt) == corpus.tokenizer.decode(usual_tgt)
         assert sum(map(len, src)) > sum(map(len, usual_src))
-    assert corpus.train_pairs(128) == (usual_src, usual_tgt)           # validation's stays
+    assert corpus.train_pairs() == (usual_src, usual_tgt)           # validation's stays
     longest = max(len(s) for s in usual_src + usual_tgt) + 1
-    capped_src, capped_tgt = corpus.resampled_train_pairs(longest, 0.5, seed=7)
+    capped_src, capped_tgt = corpus.resampled_training(longest, 0.5, seed=7).to_lists()
     assert max(len(s) for s in capped_src + capped_tgt) < longest      # too long: the usual cut
+
+
+def test_subword_dropout_of_a_large_corpus_goes_chunk_by_chunk(tmp_path, monkeypatch):
+    """Pairs past the first chunk are cut with seeds of their own, still a function of the
+    epoch's seed; every pair keeps its place."""
+    import mtx.data.corpus as corpus_module
+    corpus = _small_corpus(tmp_path)
+    whole = corpus.resampled_training(128, 0.3, seed=7).to_lists()
+    monkeypatch.setattr(corpus_module, "RESEGMENT_CHUNK", 7)
+    chunked = corpus.resampled_training(128, 0.3, seed=7)
+    assert chunked.to_lists() == corpus.resampled_training(128, 0.3, seed=7).to_lists()
+    assert chunked.to_lists()[0][:7] == whole[0][:7] and chunked.to_lists() != whole
+    assert corpus.tokenizer.decode(chunked.to_lists()[1]) == corpus.tokenizer.decode(
+        corpus.train_pairs()[1])
 
 
 @pytest.mark.parametrize("settings", [{"subword_dropout": 1.0}, {"subword_dropout": -0.1},
@@ -312,30 +327,34 @@ def test_subword_dropout_from_cuts_anew_only_epochs_that_start_late(tmp_path):
     corpus = _small_corpus(tmp_path)
     late = TrainingPairs(corpus, 128, subword_dropout=0.3, dropout_from=0.5)
     assert not late.resegmented_at(0.49) and late.resegmented_at(0.5)
-    assert late.for_epoch(7, resegmented=False) == corpus.train_pairs(128)
-    assert late.for_epoch(7, resegmented=True) == corpus.resampled_train_pairs(128, 0.3, 7)
+    assert late.for_epoch(7, resegmented=False).to_lists() == corpus.train_pairs()
+    assert (late.for_epoch(7, resegmented=True).to_lists()
+            == corpus.resampled_training(128, 0.3, 7).to_lists())
     never = TrainingPairs(corpus, 128)
-    assert not never.resegmented_at(1.0) and never.for_epoch(7) == corpus.train_pairs(128)
+    assert not never.resegmented_at(1.0) and never.for_epoch(7).to_lists() == corpus.train_pairs()
 
 
 def test_distilled_targets_replace_or_join_the_references_and_must_align(tmp_path):
-    from mtx.data.corpus import distilled_pairs
-    sources, references = ["a man", "two dogs"], ["ein Mann", "zwei Hunde"]
-    teacher = tmp_path / "teacher.de"
-    teacher.write_text("ein Mann .\nzwei Hunde .\n", encoding="utf-8")
-    assert distilled_pairs((sources, references), teacher, False) == (
-        sources, ["ein Mann .", "zwei Hunde ."])
-    assert distilled_pairs((sources, references), teacher, True) == (
-        sources * 2, references + ["ein Mann .", "zwei Hunde ."])
-    teacher.write_text("ein Mann .\n", encoding="utf-8")
-    with pytest.raises(DataError, match="data.distilled_target: .* has 1 lines but the training "
-                                        "split has 2 sources"):
-        distilled_pairs((sources, references), teacher, False)
-    teacher.write_text("ein Mann .\n\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"teacher.de:2: empty translation"):
-        distilled_pairs((sources, references), teacher, False)
     from mtx.config import DataConfig
-    with pytest.raises(ConfigError, match="data.distilled_target= is for a Multi30k corpus"):
+    from mtx.data.corpus import load_corpus
+    from tests.test_files_corpus import files_config, write_pairs
+    sources, references = ["a man runs", "two dogs play"] * 10, ["ein Mann rennt", "zwei Hunde spielen"] * 10
+    write_pairs(tmp_path / "train", "en", "de", sources, references)
+    write_pairs(tmp_path / "dev", "en", "de", sources[:2], references[:2])
+    teacher = tmp_path / "teacher.de"
+    teacher.write_text("zwei Mann rennt\nein Hunde spielen\n" * 10, encoding="utf-8")
+    cfg = files_config(tmp_path, vocab_size=40, distilled_target=str(teacher))
+    corpus = load_corpus(cfg, tmp_path / "data", seed=0)
+    assert corpus.tokenizer.decode(corpus.train_pairs()[1])[:2] == ["zwei Mann rennt",
+                                                                     "ein Hunde spielen"]
+    both = load_corpus(files_config(tmp_path, vocab_size=40, distilled_target=str(teacher),
+                                    distilled_with_references=True), tmp_path / "data", seed=0)
+    assert len(both.training) == 40 and both.tokenizer.decode(both.train_pairs()[1])[0] == (
+        "ein Mann rennt")
+    teacher.write_text("ein Mann .\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"teacher.de has 1 lines but .*train.en has more"):
+        load_corpus(cfg, tmp_path / "data", seed=0)
+    with pytest.raises(ConfigError, match="data.distilled_target= is for a corpus of files"):
         DataConfig(name="toy", distilled_target=str(teacher))
 
 
@@ -343,12 +362,14 @@ def test_lowercase_source_lowers_every_source_in_training_and_in_translation(tmp
     import json
     import mtx.data.corpus as corpus_module
     from mtx.config import DataConfig
+    from tests.test_files_corpus import files_config, write_pairs
     src = [f"The {w} Dog runs across the Green meadow" for w in ("Black", "brown", "WHITE")] * 20
     tgt = [f"Der {w} Hund rennt über die grüne Wiese" for w in ("schwarze", "braune", "weiße")] * 20
-    monkeypatch.setattr(corpus_module, "load_multi30k",
-                        lambda *args: {"train": (src, tgt), "val": (src[:3], tgt[:3])})
-    corpus = corpus_module.load_corpus(DataConfig(vocab_size=60, lowercase_source=True), tmp_path,
-                                       seed=0)
+    write_pairs(tmp_path / "train", "en", "de", src, tgt)
+    write_pairs(tmp_path / "dev", "en", "de", src[:3], tgt[:3])
+    corpus = corpus_module.load_corpus(files_config(tmp_path, vocab_size=60, lowercase_source=True),
+                                       tmp_path / "data", seed=0)
+    assert corpus.tokenizer.decode(corpus.train_pairs()[0])[:3] == [s.lower() for s in src[:3]]
     for sources, targets in corpus.text.values():
         assert sources == [line.lower() for line in src[:len(sources)]]
         assert targets == tgt[:len(targets)]  # the targets keep their case
@@ -363,7 +384,7 @@ def test_lowercase_source_lowers_every_source_in_training_and_in_translation(tmp
     (run / "data.json").write_text(json.dumps({"lowercase_source": True}))
     assert corpus_module.load_tokenizer(run).encode_source(["The Dog"]) == tokenizer.encode(
         ["the dog"])
-    with pytest.raises(ConfigError, match="data.lowercase_source=true is for a Multi30k corpus"):
+    with pytest.raises(ConfigError, match="data.lowercase_source=true is for a corpus of files"):
         DataConfig(name="toy", lowercase_source=True)
 
 

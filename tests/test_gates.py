@@ -51,7 +51,7 @@ def test_gate_training_reaches_exact_zeros_and_the_cut_model_equals_the_gated_on
     model.hybridize(static_alloc=True)
     total = model.cfg.num_attention_layers * model.cfg.num_heads
     target = total // 4
-    result = gates.train_gates(model, corpus.train_pairs(64), mx.cpu(), target, minutes=0,
+    result = gates.train_gates(model, corpus.train_pairs(), mx.cpu(), target, minutes=0,
                                max_steps=120, gate_lr=0.1, seed=3)
     history = result["history"]
     assert len(history) == result["steps"] == 120
@@ -76,7 +76,7 @@ def test_non_finite_steps_are_skipped_and_too_many_in_a_row_stop_the_gates(toy_r
     params[poisoned].set_data(params[poisoned].data() * onp.nan)
     before = {name: p.data().asnumpy() for name, p in params.items()}
     with pytest.raises(TrainingError, match="not finite for 3 steps in a row"):
-        gates.train_gates(model, corpus.train_pairs(64), mx.cpu(), 4, minutes=0, max_steps=10,
+        gates.train_gates(model, corpus.train_pairs(), mx.cpu(), 4, minutes=0, max_steps=10,
                           max_nonfinite_steps=3)
     for name, p in params.items():
         assert onp.array_equal(p.data().asnumpy(), before[name], equal_nan=True), name

@@ -25,7 +25,7 @@ from conftest import ROOT, run_script
 def _toy_batches(tmp_path):
     data_cfg = DataConfig(name="toy", sizes=[400, 20, 20], max_pair_len=64)
     corpus = load_corpus(data_cfg, tmp_path / "cache", seed=3)
-    src, tgt = corpus.train_pairs(data_cfg.max_pair_len)
+    src, tgt = corpus.train_pairs()
     return corpus, data_cfg, bucket_batches(src, tgt, 512, shuffle=True, seed=3)
 
 

@@ -108,7 +108,8 @@ def test_bpe_dropout_from_a_fraction_cuts_later_epochs_and_a_resume_keeps_an_epo
     from mtx.training.run import new_fit
     from tests.test_data import _small_corpus
     corpus = _small_corpus(tmp_path)
-    corpus.text["val"], corpus.ids["val"] = corpus.text["train"], corpus.ids["train"]
+    corpus.text["val"] = corpus.training_text.sides
+    corpus.ids["val"] = corpus.train_pairs()
     model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
                             num_decoder_layers=1, vocab_size=len(corpus.tokenizer))
     fit = new_fit(corpus, model_cfg, DataConfig(subword_dropout=0.3, subword_dropout_from=0.5),

@@ -143,7 +143,7 @@ def test_an_overflowing_loss_scale_skips_the_step_and_halves(tmp_path):
     _, fit = _short_fit(tmp_path, seed=5, loss_scale="dynamic")
     before = {k: p.data().asnumpy() for k, p in fit.model.collect_params().items()}
     fit.pieces.loss_scales[mx.cpu()].value[:] = 3e38  # loss x scale overflows float32
-    batch = bucket_batches(fit.train_pairs.src, fit.train_pairs.tgt, 256, shuffle=False, seed=0)[0]
+    batch = bucket_batches(*fit.corpus.train_pairs(), 256, shuffle=False, seed=0)[0]
     _, finite, _ = train_step(fit.pieces, fit.parallel, batch, fit.state.step + 1, fit.train_cfg)
     assert float(finite) == 0.0
     assert fit.pieces.loss_scales[mx.cpu()].value.asscalar() == onp.float32(3e38) / 2

@@ -55,7 +55,7 @@ def train_batches(corpus, data_cfg):
     """The training pairs no longer than data.max_len in shuffled ~4096-token batches of
     gluonnlp's bucket sampler, as mtx trains."""
     from ..data.batching import bucket_batches
-    pairs = corpus.train_pairs(data_cfg.max_pair_len)
+    pairs = corpus.train_pairs()
     return bucket_batches(*pairs, TRAIN_BATCH_TOKENS, shuffle=True, seed=CORPUS_SEED)
 
 

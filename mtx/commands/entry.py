@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 
-from ..config import CONF_DIR, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from ..config import CONF_DIR, ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from ..typecheck import from_dict
 from ..datadir import register_resolver
 from .exits import one_line_errors
@@ -81,6 +81,10 @@ def _stop_after_first_error(handler):
 def typed(cfg, section):
     """A DictConfig section -> its dataclass (ModelConfig, DataConfig, ...)."""
     from omegaconf import OmegaConf
+    missing = [key for key in cfg[section] if OmegaConf.is_missing(cfg[section], key)]
+    if missing:  # ??? in the YAML: the user's to give
+        raise ConfigError(f"give {' '.join(f'{section}.{key}=...' for key in missing)} (this "
+                          f"{section} config leaves them to you; --help shows them)")
     values = OmegaConf.to_container(cfg[section], resolve=True)
     if section == "data" and values.get("raw_dir"):
         values["raw_dir"] = os.path.abspath(values["raw_dir"])

@@ -10,7 +10,8 @@ from ..errors import DataError
 from ..decoding.evaluation import translate_and_score
 from ..files import atomic_write_json, atomic_write_text
 from ..data.lines import read_parallel
-from ..data.multi30k import load_split
+from ..data.multi30k import TEST_SPLIT, load_split
+from ..data.sources import VALID, prefix_pair
 from ..runs.rundir import require_run
 from ..runs.runlock import RunLock
 from ..decoding.ensemble import ensemble_runs, load_decoders
@@ -28,12 +29,22 @@ def read_files(cfg):
 
 
 def read_split(cfg, data_cfg):
-    """(name, source lines, reference lines) of split= of the run's Multi30k language pair
-    (downloaded into the data directory when it is not in raw_dir=)."""
-    if data_cfg is None or data_cfg.name != "multi30k":
-        raise DataError(f"{cfg.ckpt} was not trained on Multi30k: pass source= and reference=")
-    return (cfg.split, *load_split(cfg.split, data_cfg.src_lang, data_cfg.tgt_lang, cfg.raw_dir,
+    """(name, source lines, reference lines) of split= of the run's corpus (null: its first test
+    set): a Multi30k split of the run's language pair (downloaded into the data directory when
+    it is not in raw_dir=), or a split of the run's own files (data=files)."""
+    if data_cfg is None or data_cfg.name not in ("multi30k", "files"):
+        raise DataError(f"{cfg.ckpt} was not trained on Multi30k or files: pass source= and "
+                        f"reference=")
+    if data_cfg.name == "multi30k":
+        split = cfg.split or TEST_SPLIT
+        return (split, *load_split(split, data_cfg.src_lang, data_cfg.tgt_lang, cfg.raw_dir,
                                    cfg.data_dir))
+    prefixes = {VALID: data_cfg.valid, **{Path(p).name: p for p in data_cfg.test}}
+    split = cfg.split or ([Path(p).name for p in data_cfg.test] or [VALID])[0]
+    if split not in prefixes:
+        raise DataError(f"split={split}: {cfg.ckpt}'s corpus has {', '.join(prefixes)}; choose "
+                        f"one, or pass source= and reference=")
+    return (split, *read_parallel(*prefix_pair(prefixes[split], data_cfg, f"split={split}")))
 
 
 def decode_name(decode_cfg):

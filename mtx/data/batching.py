@@ -6,11 +6,13 @@ A `Batch` holds host (numpy) int32 arrays:
     tgt_in     (B, T)  BOS + target ids                     tgt_valid_len (B,)
     tgt_out    (B, T)  target ids + EOS                     ids (B,) sentence indices
 """
+import queue
+import threading
 from dataclasses import dataclass
 
 import numpy as onp
 
-from .vocab import BOS, EOS, PAD
+from .vocab import EOS, PAD
 
 NUM_BUCKETS = 16            # gluonnlp FixedBucketSampler buckets of the longer side's length
 BUCKET_WIDTH_RATIO = 1.2    # each bucket this much wider than the one before (ExpWidthBucket)
@@ -18,6 +20,7 @@ MAX_TRANSLATION_ROWS = 256  # sentences per translation batch at most
 # hypotheses (sentences x beam) per translation batch at most: the decoder caches grow with
 # them, and MXNet keeps the memory of a batch's largest arrays for the process's life
 MAX_TRANSLATION_HYPOTHESES = 640
+PREFETCH_BATCHES = 8        # training batches collated ahead of the step that uses them
 
 
 @dataclass
@@ -44,15 +47,10 @@ class Batch:
                      self.tgt_out[rows], self.tgt_valid_len[rows], self.ids[rows])
 
 
-def _pad(rows):
-    from gluonnlp.data import batchify
-    return batchify.Pad(pad_val=PAD, ret_length=True, dtype="int32")(rows)
-
-
 def source_batch(sentences):
-    """Source sentences (lists of ids, no EOS) -> what the encoder takes, as host int32 arrays:
-    src_tokens (B, S), each sentence's ids + EOS padded with PAD, and src_valid_len (B,). The
-    one place where a source gets its EOS (training, translation, attention)."""
+    """Source sentences (lists or arrays of ids, no EOS) -> what the encoder takes, as host int32
+    arrays: src_tokens (B, S), each sentence's ids + EOS padded with PAD, and src_valid_len (B,).
+    The one place where a source gets its EOS (training, translation, attention)."""
     lengths = onp.array([len(ids) + 1 for ids in sentences], "int32")
     tokens = onp.full((len(sentences), int(lengths.max())), PAD, "int32")
     for row, ids in enumerate(sentences):
@@ -63,19 +61,16 @@ def source_batch(sentences):
 
 def collate(src_ids, tgt_ids, ids):
     """Sentences (lists of ids, no specials) -> a padded `Batch` of sentences ``ids``."""
-    src, src_len = source_batch([src_ids[i] for i in ids])
-    tgt_in, tgt_len = _pad([onp.array([BOS] + tgt_ids[i], "int32") for i in ids])
-    tgt_out, _ = _pad([onp.array(tgt_ids[i] + [EOS], "int32") for i in ids])
-    return Batch(src, src_len, tgt_in.asnumpy(), tgt_out.asnumpy(),
-                 tgt_len.asnumpy().astype("int32"), onp.array(ids, "int64"))
+    from .pairs import PairIds
+    return PairIds.from_lists(src_ids, tgt_ids).collate(ids)
 
 
-def bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle, seed, num_buckets=NUM_BUCKETS):
-    """Token-budget batches from gluonnlp's FixedBucketSampler (exponential-width buckets of the
-    longer side, about ``batch_tokens`` padded tokens each). Every pair appears exactly once;
-    with ``shuffle`` the order within buckets and of batches depends only on ``seed``."""
+def batch_plan(lengths, batch_tokens, shuffle, seed, num_buckets=NUM_BUCKETS):
+    """Token-budget batches as lists of pair indices, from the pairs' ``lengths`` alone (each
+    pair's longer side with its EOS), by gluonnlp's FixedBucketSampler (exponential-width
+    buckets, about ``batch_tokens`` padded tokens each). Every pair appears exactly once; with
+    ``shuffle`` the order within buckets and of batches depends only on ``seed``."""
     from gluonnlp.data import ExpWidthBucket, FixedBucketSampler
-    lengths = [max(len(s), len(t)) + 1 for s, t in zip(src_ids, tgt_ids)]
     sampler = FixedBucketSampler(lengths, batch_size=batch_tokens,
                                  num_buckets=min(num_buckets, max(1, len(set(lengths)))),
                                  shuffle=shuffle, use_average_length=True,
@@ -83,10 +78,52 @@ def bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle, seed, num_buckets=NU
     state = onp.random.get_state()
     onp.random.seed(seed % (2 ** 32))
     try:
-        groups = list(sampler)
+        return list(sampler)
     finally:
         onp.random.set_state(state)
-    return [collate(src_ids, tgt_ids, group) for group in groups]
+
+
+def bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle, seed, num_buckets=NUM_BUCKETS):
+    """Every `batch_plan` batch of sentences (lists of ids) collated (for the small held splits
+    and studies; training collates as it goes, `prefetched`)."""
+    from .pairs import PairIds
+    pairs = PairIds.from_lists(src_ids, tgt_ids)
+    return [pairs.collate(group) for group in batch_plan(pairs.bucket_lengths(), batch_tokens,
+                                                         shuffle, seed, num_buckets)]
+
+
+def prefetched(pairs, plan, depth=PREFETCH_BATCHES):
+    """The batches of ``plan`` (lists of indices into ``pairs``, a `PairIds`), collated in a
+    background thread up to ``depth`` ahead of the one in use; memory holds those only. The
+    thread ends when the batches are used up or the caller stops iterating."""
+    ready, stop = queue.Queue(maxsize=depth), threading.Event()
+
+    def collate_all():
+        try:
+            for group in plan:
+                item = pairs.collate(group)
+                while not stop.is_set():
+                    try:
+                        ready.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as err:  # raised again in the loop's thread
+            ready.put(err)
+
+    worker = threading.Thread(target=collate_all, name="mtx-batches", daemon=True)
+    worker.start()
+    try:
+        for _ in plan:
+            item = ready.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
 
 
 def length_groups(lengths, batch_tokens, max_rows=None):

@@ -1,6 +1,8 @@
-"""A corpus ready for training: the text of every split, the tokenizer, and subword ids."""
+"""A corpus ready for training: the training pairs (prepared once, mapped), the held splits'
+text and ids, and the tokenizer; the run's tokenizer file."""
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -8,10 +10,16 @@ from typing import Dict, List, Tuple
 from ..config import DataConfig
 from ..errors import ConfigError, DataError
 from ..files import atomic_copy, atomic_write_text, read_json, sha256_of
-from .lines import read_lines
-from .multi30k import load_multi30k
+from .lines import stream_pairs
+from .multi30k import TEST_SPLIT
+from .pairs import PairIds
+from .prepare import Filter, is_blank, prepared_training, vocabulary_model
+from .sources import VALID, corpus_files
 from .toy import make_toy, toy_symbols
-from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer, train_sentencepiece
+from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer
+
+log = logging.getLogger(__name__)
+RESEGMENT_CHUNK = 100_000  # training pairs segmented anew with BPE-dropout at once
 
 SPM_FILE, TOY_SYMBOLS_FILE = "spm.model", "toy_symbols.json"
 TOKENIZER_FILES = (SPM_FILE, TOY_SYMBOLS_FILE)  # a run directory holds one of them
@@ -26,117 +34,130 @@ def tokenizer_file(run_dir):
 
 @dataclass
 class Corpus:
+    """A corpus ready for training: ``training`` (`PairIds`, the kept training pairs, mapped from
+    a prepared split or in memory), ``training_text`` (their text, for BPE-dropout: an object
+    with ``lines(side, start, stop)``), the held splits (``text`` and ``ids``: "val" and the test
+    sets, named in ``test_names``) and the tokenizer."""
     text: Dict[str, Tuple[List[str], List[str]]]       # split -> (source lines, target lines)
     ids: Dict[str, Tuple[List[List[int]], List[List[int]]]]
     tokenizer: object
+    training: PairIds
+    training_text: object
+    test_names: List[str]
 
-    def train_pairs(self, max_pair_len):
-        """Training ids without pairs longer than ``max_pair_len`` subwords on either side (with
-        their EOS); ConfigError when that leaves none."""
-        src, tgt = self.ids["train"]
-        keep = self._kept_pairs(max_pair_len)
-        return [src[i] for i in keep], [tgt[i] for i in keep]
+    def train_pairs(self):
+        """The training pairs as (source id lists, target id lists) (for the head study)."""
+        return self.training.to_lists()
 
-    def resampled_train_pairs(self, max_pair_len, subword_dropout, seed):
-        """`train_pairs` segmented anew with BPE-dropout (each merge skipped with probability
-        ``subword_dropout``; the same ``seed`` gives the same segmentation). The pairs and their
-        order are `train_pairs`'; a pair whose new segmentation is too long keeps its usual one."""
-        keep = self._kept_pairs(max_pair_len)
-        text_src, text_tgt = self.text["train"]
-        src = self.tokenizer.encode_sampled([text_src[i] for i in keep], subword_dropout, seed)
-        tgt = self.tokenizer.encode_sampled([text_tgt[i] for i in keep], subword_dropout, seed + 1)
-        usual_src, usual_tgt = self.ids["train"]
-        for row, i in enumerate(keep):
-            if len(src[row]) >= max_pair_len or len(tgt[row]) >= max_pair_len:
-                src[row], tgt[row] = usual_src[i], usual_tgt[i]
-        return src, tgt
+    def resampled_training(self, max_pair_len, subword_dropout, seed):
+        """`training` segmented anew with BPE-dropout (each merge skipped with probability
+        ``subword_dropout``; the same ``seed`` gives the same segmentation), a chunk of pairs at
+        a time. The pairs and their order are `training`'s; a pair whose new segmentation is
+        too long keeps its usual one."""
+        usual, parts = self.training, []
+        for chunk, start in enumerate(range(0, len(usual), RESEGMENT_CHUNK)):
+            stop = min(len(usual), start + RESEGMENT_CHUNK)
+            chunk_seed = seed if chunk == 0 else (seed * 1_000_003 + chunk * 7_919) % 2 ** 31
+            src = self.tokenizer.encode_sampled(self.training_text.lines(0, start, stop),
+                                                subword_dropout, chunk_seed)
+            tgt = self.tokenizer.encode_sampled(self.training_text.lines(1, start, stop),
+                                                subword_dropout, chunk_seed + 1)
+            for row in range(stop - start):
+                if len(src[row]) >= max_pair_len or len(tgt[row]) >= max_pair_len:
+                    src[row], tgt[row] = usual.src[start + row], usual.tgt[start + row]
+            parts.append(PairIds.from_lists(src, tgt))
+        return PairIds.concatenate(parts)
 
-    def _kept_pairs(self, max_pair_len):
-        src, tgt = self.ids["train"]
-        keep = [i for i in range(len(src))
-                if len(src[i]) < max_pair_len and len(tgt[i]) < max_pair_len]
-        if not keep:
-            shortest = min(max(len(s), len(t)) for s, t in zip(src, tgt)) + 1
-            raise ConfigError(f"data.max_len={max_pair_len} leaves no training pair (the "
-                              f"shortest pair needs {shortest}): raise data.max_len")
-        return keep
+
+class ListText:
+    """Text held in memory as (source lines, target lines), read as a `PreparedTraining` is."""
+
+    def __init__(self, src, tgt):
+        self.sides = (src, tgt)
+
+    def lines(self, side, start, stop):
+        return self.sides[side][start:stop]
 
 
 class TrainingPairs:
-    """The training pairs (`Corpus.train_pairs`) as each epoch sees them: the same segmentation
+    """The training pairs (`Corpus.training`) as each epoch sees them: the same segmentation
     every epoch, or with ``subword_dropout`` > 0 a new one from the epoch's seed in every epoch
     that starts at ``dropout_from`` (a fraction of the training budget) or later."""
 
     def __init__(self, corpus, max_pair_len, subword_dropout=0.0, dropout_from=0.0):
         self.corpus, self.max_pair_len = corpus, max_pair_len
         self.subword_dropout, self.dropout_from = subword_dropout, dropout_from
-        self.src, self.tgt = corpus.train_pairs(max_pair_len)
 
     def __len__(self):
-        return len(self.src)
+        return len(self.corpus.training)
 
     def resegmented_at(self, budget_fraction):
         """Whether an epoch that starts with ``budget_fraction`` of the budget spent is cut anew."""
         return bool(self.subword_dropout) and budget_fraction >= self.dropout_from
 
     def for_epoch(self, seed, resegmented=True):
-        """(source ids, target ids) of every pair, in the same order every epoch: cut anew from
-        ``seed`` when ``resegmented`` (and BPE-dropout is on), else the usual cut."""
+        """Every pair (`PairIds`), in the same order every epoch: cut anew from ``seed`` when
+        ``resegmented`` (and BPE-dropout is on), else the usual cut."""
         if not (self.subword_dropout and resegmented):
-            return self.src, self.tgt
-        return self.corpus.resampled_train_pairs(self.max_pair_len, self.subword_dropout, seed)
+            return self.corpus.training
+        return self.corpus.resampled_training(self.max_pair_len, self.subword_dropout, seed)
 
 
 def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
-    """Text and ids of every split. Without a ``tokenizer`` (a trained run's), one is built:
-    the toy task's word list, or a joint SentencePiece model of the training split."""
+    """Every split of the corpus of ``cfg``. Without a ``tokenizer`` (a trained run's), one is
+    built: the toy task's word list, or a joint SentencePiece model of the training files
+    (`mtx.data.prepare`). The training split of files is prepared once and mapped."""
     if cfg.name == "toy":
-        text = make_toy(cfg.task, cfg.num_symbols, cfg.min_len, cfg.max_toy_len, cfg.sizes, seed)
-        tokenizer = tokenizer or WordTokenizer(toy_symbols(cfg.num_symbols))
-    else:
-        text = load_multi30k(cfg.src_lang, cfg.tgt_lang, cfg.raw_dir, data_dir)
-        if cfg.lowercase_source:  # the targets keep their case: sacreBLEU scores them cased
-            text = {split: ([line.lower() for line in src], tgt)
-                    for split, (src, tgt) in text.items()}
-        if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
-            train_src, train_tgt = text["train"]
-            tokenizer = SentencePieceTokenizer(train_sentencepiece(
-                train_src + train_tgt, cfg.vocab_size, Path(data_dir) / "spm"),
-                cfg.lowercase_source)
-        if cfg.distilled_target:
-            text["train"] = distilled_pairs(text["train"], cfg.distilled_target,
-                                            cfg.distilled_with_references)
+        return toy_corpus(cfg, seed, tokenizer)
+    files = corpus_files(cfg, data_dir)
+    sums = {path: sha256_of(path) for pair in files.train + files.vocab for path in pair}
+    if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
+        model = vocabulary_model(cfg, files.vocab, [sums[p] for pair in files.vocab for p in pair],
+                                 data_dir)
+        tokenizer = SentencePieceTokenizer(model, cfg.lowercase_source)
+    prepared = prepared_training(cfg, files.train, [sums[p] for pair in files.train for p in pair],
+                                 tokenizer, tokenizer_sha256(tokenizer), data_dir)
+    text = {name: read_held(name, pair, cfg.lowercase_source)
+            for name, pair in files.splits.items()}
     ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
-    return Corpus(text, ids, tokenizer)
+    return Corpus(text, ids, tokenizer, prepared.pairs, prepared, files.test_names)
 
 
-def distilled_pairs(pairs, path, with_references):
-    """Sequence-level distillation (Kim and Rush 2016): the training sources with a teacher's
-    translations of them (``path``: one line per source line, in order) as targets, alone or
-    beside the references (``with_references``: every source twice). DataError when the file
-    does not align with the sources or has an empty line."""
-    sources, references = pairs
-    try:
-        teacher = read_parallel_with(sources, path)
-    except DataError as err:
-        raise DataError(f"data.distilled_target: {err}") from None
-    if with_references:
-        return sources + sources, references + teacher
-    return list(sources), teacher
+def toy_corpus(cfg, seed, tokenizer=None):
+    """The toy task, in memory, filtered as files are (`mtx.data.prepare.Filter`)."""
+    text = make_toy(cfg.task, cfg.num_symbols, cfg.min_len, cfg.max_toy_len, cfg.sizes, seed)
+    tokenizer = tokenizer or WordTokenizer(toy_symbols(cfg.num_symbols))
+    ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
+    train_src, train_tgt = text.pop("train")
+    src_ids, tgt_ids = ids.pop("train")
+    keep = Filter(cfg.max_pair_len, cfg.max_length_ratio)
+    rows = [i for i in range(len(src_ids)) if keep.keep(src_ids[i], tgt_ids[i])]
+    if not rows:
+        raise ConfigError(f"data.max_len={cfg.max_pair_len} leaves no training pair ("
+                          f"{keep.described()}): raise data.max_len")
+    training = PairIds.from_lists([src_ids[i] for i in rows], [tgt_ids[i] for i in rows])
+    training_text = ListText([train_src[i] for i in rows], [train_tgt[i] for i in rows])
+    return Corpus(text, ids, tokenizer, training, training_text, [TEST_SPLIT])
 
 
-def read_parallel_with(sources, path):
-    """The lines of ``path``, one per line of ``sources``, none empty."""
-    lines = read_lines(path)
-    if len(lines) != len(sources):
-        raise DataError(f"{path} has {len(lines)} lines but the training split has "
-                        f"{len(sources)} sources: give the teacher's translation of every "
-                        f"training source, in order (mtx-translate input=<train source file>)")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            raise DataError(f"{path}:{number}: empty translation; a teacher's output needs one "
-                            f"for every source")
-    return lines
+def read_held(name, pair, lowercase_source):
+    """(source lines, target lines) of a held split: the validation split without pairs that
+    have an empty side (counted in the log), a test set whole (an empty source gets an empty
+    translation)."""
+    src, tgt = [], []
+    dropped = 0
+    for _, src_line, tgt_line in stream_pairs(*pair):
+        if name == VALID and is_blank(src_line, tgt_line):
+            dropped += 1
+            continue
+        src.append(src_line.lower() if lowercase_source else src_line)
+        tgt.append(tgt_line)
+    if dropped:
+        log.warning("%s: %d pairs with an empty side dropped from validation", pair[0], dropped)
+    if not src:
+        raise DataError(f"{pair[0]} and {pair[1]} have no pair to {'validate' if name == VALID else 'test'} "
+                        f"on; give non-empty parallel files")
+    return src, tgt
 
 
 def tokenizer_sha256(tokenizer):

@@ -68,13 +68,33 @@ def read_lines(path):
     """Lines of a UTF-8 text file (gzip-compressed or plain), without newlines (nor a first line's
     byte-order mark); DataError names the line of any invalid UTF-8, or the file when it is
     missing or a directory."""
-    lines = []
-    for number, raw in _numbered_lines(path):
-        try:
-            lines.append(_without_bom(raw.decode("utf-8").rstrip("\r\n"), number))
-        except UnicodeDecodeError:
-            raise DataError(f"{path}:{number}: not valid UTF-8; fix or remove that line") from None
-    return lines
+    return [_decoded(path, number, raw) for number, raw in _numbered_lines(path)]
+
+
+def _decoded(path, number, raw):
+    try:
+        return _without_bom(raw.decode("utf-8").rstrip("\r\n"), number)
+    except UnicodeDecodeError:
+        raise DataError(f"{path}:{number}: not valid UTF-8; fix or remove that line") from None
+
+
+def stream_pairs(src_path, tgt_path):
+    """(line number, source, target) of two parallel files, read together a line at a time
+    (memory does not grow with the files); DataError as `read_lines` does, and when one file
+    ends before the other (both counts named)."""
+    src, tgt = _numbered_lines(src_path), _numbered_lines(tgt_path)
+    number = 0
+    for number, src_raw in src:
+        tgt_line = next(tgt, None)
+        if tgt_line is None:
+            raise DataError(f"{tgt_path} has {number - 1} lines but {src_path} has more: "
+                            f"parallel files must align line by line")
+        yield number, _decoded(src_path, number, src_raw), _decoded(tgt_path, number,
+                                                                    tgt_line[1])
+    rest = sum(1 for _ in tgt)
+    if rest:
+        raise DataError(f"{src_path} has {number} lines but {tgt_path} has {number + rest}: "
+                        f"parallel files must align line by line")
 
 
 def read_parallel(src_path, tgt_path):

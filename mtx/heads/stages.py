@@ -73,7 +73,7 @@ def learned_gates(s):
     gated, _, _ = load_decoder(s.run_dir, s.ctx, s.checkpoint)  # its weights change with the gates
     model_cfg, l0 = s.model.cfg, s.settings.l0
     target = model_cfg.total_heads - s.to_remove
-    result = train_gates(gated, s.corpus.train_pairs(s.data_cfg.max_pair_len), s.ctx, target,
+    result = train_gates(gated, s.corpus.train_pairs(), s.ctx, target,
                          l0.minutes, lr=l0.lr, gate_lr=l0.gate_lr, penalty=l0.penalty,
                          anneal=l0.anneal, batch_tokens=l0.batch_tokens, seed=s.seed,
                          max_steps=l0.max_steps, log=log.info)

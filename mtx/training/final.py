@@ -10,7 +10,7 @@ from ..runs.checkpoints import RESUME_HINT, save_average
 from ..errors import CheckpointError, DataError
 from ..decoding.evaluation import translate_and_score
 from ..files import atomic_write_text, read_json
-from ..data.multi30k import TEST_SETS, TEST_SPLIT, load_split
+from ..data.multi30k import TEST_SETS, load_split
 from ..runs.pictures import learning_curve
 from .state import validation_score
 
@@ -54,10 +54,10 @@ def choose_final(fit):
 
 
 def test_sets(corpus, data_cfg, data_dir):
-    """[(name, (sources, references) or None, why it is skipped or None)]: the corpus's test split,
-    and for Multi30k every later test set that is available (in data.raw_dir or the data
-    directory; downloaded when there is no local copy)."""
-    sets = [(TEST_SPLIT, corpus.text[TEST_SPLIT], None)]
+    """[(name, (sources, references) or None, why it is skipped or None)]: the corpus's test sets
+    (data.test of data=files), and for Multi30k every later test set that is available (in
+    data.raw_dir or the data directory; downloaded when there is no local copy)."""
+    sets = [(name, corpus.text[name], None) for name in corpus.test_names]
     if data_cfg.name != "multi30k":
         return sets
     for name in TEST_SETS[1:]:

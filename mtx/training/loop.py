@@ -2,10 +2,13 @@
 epoch's end, validation, the best checkpoint, early stopping, the wall-clock budget, and the stop
 signals (Ctrl-C, a scheduler's SIGTERM or SIGUSR1: a resume point at the next step boundary).
 
-Determinism: epoch e's batch order comes from `epoch_seed`, and dropout is reseeded after every
-step (`position_seed`), so every step boundary can be a resume point: a run resumed from any
-checkpoint reaches the parameters of the uninterrupted run (CPU, fixed seed); with a
-`train.cooldown` of `train.max_minutes`, up to the clock the learning rate then reads.
+Batches: each epoch's plan (which pairs go together, in what order) comes from the pairs'
+lengths alone, and each batch is collated just before it is needed (`prefetched`), so memory
+does not grow with the corpus. Determinism: epoch e's batch order comes from `epoch_seed`, and
+dropout is reseeded after every step (`position_seed`), so every step boundary can be a resume
+point: a run resumed from any checkpoint reaches the parameters of the uninterrupted run (CPU,
+fixed seed); with a `train.cooldown` of `train.max_minutes`, up to the clock the learning rate
+then reads.
 """
 import contextlib
 import logging
@@ -15,7 +18,7 @@ import numpy as onp
 from tqdm import tqdm
 
 from ..runs import faults
-from ..data.batching import bucket_batches
+from ..data.batching import batch_plan, prefetched
 from ..hardware.devices import seed_everything
 from .schedule import learning_rate
 from .checkpointing import Checkpointing
@@ -60,20 +63,21 @@ class Fit:
         if state.epoch_resegmented is None:
             state.epoch_resegmented = self.train_pairs.resegmented_at(
                 budget_fraction(cfg, state, self.clock, parallel, 1))
-        batches = bucket_batches(*self.train_pairs.for_epoch(seed, state.epoch_resegmented),
-                                 cfg.batch_tokens, shuffle=True, seed=seed)
+        pairs = self.train_pairs.for_epoch(seed, state.epoch_resegmented)
+        plan = batch_plan(pairs.bucket_lengths(), cfg.batch_tokens, shuffle=True, seed=seed)
         records = self.run_dir.records if parallel.is_chief else None
-        with EpochLog(state, cfg, self.clock, records, len(batches), self.seed) as epoch_log:
-            spent = lambda: budget_spent(cfg, state, self.clock, parallel, len(batches))
+        with EpochLog(state, cfg, self.clock, records, len(plan), self.seed) as epoch_log, \
+                contextlib.closing(prefetched(pairs, plan[state.batch_in_epoch:])) as batches:
+            spent = lambda: budget_spent(cfg, state, self.clock, parallel, len(plan))
             epoch_log.budget_spent = spent()
-            for batch in batches[state.batch_in_epoch:]:
+            for batch in batches:
                 state.step += 1
                 epoch_log.add(train_step(self.pieces, parallel, batch, state.step, cfg,
                                          self.times_seen, epoch_log.budget_spent),
                               batch.num_tgt_tokens)
                 faults.point("step")
                 at_log_point = (state.batch_in_epoch % cfg.log_every == 0
-                                and state.batch_in_epoch < len(batches))
+                                and state.batch_in_epoch < len(plan))
                 if at_log_point:
                     epoch_log.log_point()
                     epoch_log.budget_spent = spent()

@@ -1,0 +1,208 @@
+"""What is made once per corpus and reused by the next run, a resume and every worker: the
+vocabulary (SentencePiece, learnt from a seeded sample of the training lines) and the training
+split encoded into subword ids on disk (`mtx.data.pairs`, memory-mapped), with the pairs that
+cannot be trained on dropped and counted.
+
+In the data directory (`mtx.datadir`):
+    spm/spm<size>-<hash>.model      a vocabulary, named by its training text (`train_sentencepiece`)
+    spm/index/<key>                 which model the training files and vocabulary settings made
+    prepared/<key>/                 the encoded training split, keyed by the files' bytes, the
+                                    tokenizer and the filters: meta.json, src.*, tgt.* (ids),
+                                    src_text.*, tgt_text.* (the kept pairs' UTF-8 text, for
+                                    BPE-dropout); written whole or not at all
+"""
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..errors import DataError
+from ..files import atomic_write_text, fsync_dir
+from .lines import stream_pairs
+from .pairs import PairIds, Side, SideWriter
+from .vocab import train_sentencepiece
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1            # of prepared/<key>/: a new layout gets new keys
+CHUNK_PAIRS = 20_000  # pairs read, encoded (both cores: SentencePiece's threads) and written at once
+VOCAB_SEED = 0        # the vocabulary sample's: the same files give the same vocabulary
+
+
+def read_training_pairs(file_pairs, lowercase_source):
+    """(source, target) of every line of the file pairs in order, the source lowercased when
+    asked; DataError (one line) for a missing, misaligned or non-UTF-8 file."""
+    for src_path, tgt_path in file_pairs:
+        for _, src, tgt in stream_pairs(src_path, tgt_path):
+            yield (src.lower() if lowercase_source else src), tgt
+
+
+def is_blank(src, tgt):
+    return not src.strip() or not tgt.strip()
+
+
+def vocabulary_model(cfg, file_pairs, digests, data_dir):
+    """The SentencePiece model of the training files ``file_pairs`` (`train_sentencepiece` on
+    at most ``cfg.vocab_sample`` lines, half from each side, a seeded reservoir sample; all of
+    them, in order, when there are no more): made once, then found by the files' ``digests``."""
+    key = _key(digests, cfg.vocab_size, cfg.vocab_sample, cfg.lowercase_source)
+    spm_dir = Path(data_dir) / "spm"
+    index = spm_dir / "index" / key
+    if index.is_file() and (spm_dir / index.read_text().strip()).is_file():
+        return spm_dir / index.read_text().strip()
+    size = cfg.vocab_sample // 2
+    samples, rng, seen = ([], []), random.Random(VOCAB_SEED), 0
+    for src, tgt in read_training_pairs(file_pairs, cfg.lowercase_source):
+        if is_blank(src, tgt):
+            continue
+        seen += 1
+        if seen <= size:
+            samples[0].append(src)
+            samples[1].append(tgt)
+        else:  # reservoir sampling: every pair so far is in the sample with one probability
+            slot = rng.randrange(seen)
+            if slot < size:
+                samples[0][slot], samples[1][slot] = src, tgt
+    if not seen:
+        raise DataError(f"the training files ({file_pairs[0][0]} ...) have no pair with text on "
+                        f"both sides; give non-empty parallel files")
+    if seen > size:
+        log.info("vocabulary: learnt from a sample of %d of %d training pairs (data.vocab_sample)",
+                 size, seen)
+    model = train_sentencepiece(samples[0] + samples[1], cfg.vocab_size, spm_dir)
+    index.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(index, model.name)
+    return model
+
+
+class Filter:
+    """Why a training pair is dropped, counted: an empty side, more than ``max_pair_len`` - 1
+    subwords on a side (with its EOS, over ``max_pair_len``), or one side over ``max_ratio``
+    times the other's subwords (OpenNMT's and Moses' cleaning)."""
+
+    REASONS = ("empty", "too_long", "length_ratio")
+
+    def __init__(self, max_pair_len, max_ratio):
+        self.max_pair_len, self.max_ratio = max_pair_len, max_ratio
+        self.counts = dict.fromkeys(self.REASONS, 0)
+
+    def reason(self, src_ids, tgt_ids):
+        short, long = sorted((len(src_ids), len(tgt_ids)))
+        if short == 0:
+            return "empty"
+        if long >= self.max_pair_len:
+            return "too_long"
+        if long > self.max_ratio * short:
+            return "length_ratio"
+        return None
+
+    def keep(self, src_ids, tgt_ids):
+        reason = self.reason(src_ids, tgt_ids)
+        if reason:
+            self.counts[reason] += 1
+        return reason is None
+
+    def described(self):
+        return ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in self.counts.items())
+
+
+def prepared_training(cfg, file_pairs, digests, tokenizer, tokenizer_digest, data_dir):
+    """The training split as `PreparedTraining`: encoded once (`encode_training`), then mapped
+    from ``<data_dir>/prepared/<key>``."""
+    key = _key(digests, tokenizer_digest, cfg.max_pair_len, cfg.max_length_ratio,
+               cfg.lowercase_source, FORMAT)
+    folder = Path(data_dir) / "prepared" / key
+    if not (folder / "meta.json").is_file():
+        encode_training(cfg, file_pairs, tokenizer, folder)
+    return PreparedTraining(folder)
+
+
+class PreparedTraining:
+    """A prepared training split, memory-mapped: ``pairs`` (`PairIds`), ``text`` (the kept pairs'
+    UTF-8 text as (source, target) `Side`s of bytes) and ``meta`` (counts, speed)."""
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+        self.meta = json.loads((self.folder / "meta.json").read_text())
+        self.pairs = PairIds(Side.mapped(self.folder / "src"), Side.mapped(self.folder / "tgt"))
+        self.text = tuple(Side.mapped(self.folder / f"{side}_text", "uint8")
+                          for side in ("src", "tgt"))
+
+    def lines(self, side, start, stop):
+        """Pairs ``start``..``stop`` of ``side`` (0 source, 1 target) as str."""
+        text = self.text[side]
+        return [bytes(text[i]).decode("utf-8") for i in range(start, stop)]
+
+
+def encode_training(cfg, file_pairs, tokenizer, folder):
+    """Read, filter and encode the training pairs a chunk at a time into ``folder`` (made in a
+    temporary folder beside it, renamed when complete: a killed preparation leaves nothing that
+    is used, and another worker's finished one is kept). DataError when no pair is left."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".{folder.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        meta = _encode_into(cfg, file_pairs, tokenizer, tmp)
+        atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1))
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # another worker finished first: theirs is the same
+            if not (folder / "meta.json").is_file():
+                raise
+        fsync_dir(folder.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _encode_into(cfg, file_pairs, tokenizer, tmp):
+    writers = [SideWriter(tmp / name) for name in ("src", "tgt", "src_text", "tgt_text")]
+    keep, read, tic = Filter(cfg.max_pair_len, cfg.max_length_ratio), 0, time.time()
+    with tqdm(desc="preparing the training split", unit=" pairs", unit_scale=True,
+              mininterval=2, leave=False) as bar:
+        for pairs in _chunked(read_training_pairs(file_pairs, cfg.lowercase_source)):
+            src_ids = tokenizer.encode([src for src, _ in pairs])
+            tgt_ids = tokenizer.encode([tgt for _, tgt in pairs])
+            rows = [i for i, (src, tgt) in enumerate(pairs) if not is_blank(src, tgt)
+                    and keep.keep(src_ids[i], tgt_ids[i])]
+            keep.counts["empty"] += sum(is_blank(src, tgt) for src, tgt in pairs)
+            for writer, values in zip(writers, (src_ids, tgt_ids)):
+                writer.write([values[i] for i in rows])
+            for writer, side in zip(writers[2:], (0, 1)):
+                writer.write([pairs[i][side].encode("utf-8") for i in rows])
+            read += len(pairs)
+            bar.update(len(pairs))
+    for writer in writers:
+        writer.close()
+    kept = read - sum(keep.counts.values())
+    seconds = time.time() - tic
+    log.info("training split: %d pairs read, %d kept (dropped: %s; data.max_len=%d, "
+             "data.max_length_ratio=%g) in %.1f s (%.0f pairs/s)", read, kept, keep.described(),
+             cfg.max_pair_len, cfg.max_length_ratio, seconds, read / max(seconds, 1e-9))
+    if not kept:
+        raise DataError(f"no training pair is left after the filters ({keep.described()} of "
+                        f"{read}): check the files, or raise data.max_len or "
+                        f"data.max_length_ratio")
+    return {"pairs": kept, "read": read, "dropped": keep.counts, "seconds": round(seconds, 1),
+            "files": [[str(p) for p in pair] for pair in file_pairs]}
+
+
+def _chunked(pairs, size=CHUNK_PAIRS):
+    chunk = []
+    for pair in pairs:
+        chunk.append(pair)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _key(*parts):
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]

@@ -1,0 +1,96 @@
+"""Which files a corpus is made of: Multi30k's (downloaded and verified, `mtx.data.multi30k`) or
+a user's own (data=files: ``<prefix>.<lang>`` or ``<prefix>.<lang>.gz``), as file pairs that
+every later step reads the same way.
+
+`CorpusFiles` holds (source path, target path) pairs:
+    train   what training reads, concatenated in order (a teacher's translations included)
+    vocab   what the vocabulary learns from (the references: a student shares its teacher's)
+    splits  {name: pair} of the splits held in memory: "val", then the test sets
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from ..errors import DataError
+from ..files import sha256_of
+from .multi30k import TEST_SPLIT, file_name, multi30k_file, check_pair
+
+VALID = "val"  # the validation split's name, whatever the corpus calls its file
+FilePair = Tuple[Path, Path]
+
+
+@dataclass
+class CorpusFiles:
+    train: List[FilePair]
+    vocab: List[FilePair]
+    splits: Dict[str, FilePair]
+
+    @property
+    def test_names(self):
+        return [name for name in self.splits if name != VALID]
+
+
+def prefix_file(prefix, lang, key):
+    """``<prefix>.<lang>``, else ``<prefix>.<lang>.gz``; DataError names both and ``key``."""
+    plain = Path(f"{prefix}.{lang}").expanduser()
+    packed = Path(f"{plain}.gz")
+    for path in (plain, packed):
+        if path.is_file():
+            return path.absolute()
+    raise DataError(f"{key}={prefix}: neither {plain} nor {packed} is a file; give the prefix "
+                    f"of files named <prefix>.{lang} (plain or gzipped text)")
+
+
+def prefix_pair(prefix, cfg, key):
+    return prefix_file(prefix, cfg.src_lang, key), prefix_file(prefix, cfg.tgt_lang, key)
+
+
+def files_corpus(cfg):
+    """`CorpusFiles` of data=files (`mtx.config.DataConfig.train`, ``valid``, ``test``)."""
+    train = [prefix_pair(prefix, cfg, "data.train") for prefix in cfg.train]
+    splits = {VALID: prefix_pair(cfg.valid, cfg, "data.valid")}
+    for prefix in cfg.test or []:
+        name = Path(prefix).name
+        if name in splits:
+            raise DataError(f"data.test: two sets are named {name} (a test set is named by its "
+                            f"prefix's last path component, and {VALID} is the validation "
+                            f"split's); rename one")
+        splits[name] = prefix_pair(prefix, cfg, "data.test")
+    return train, splits
+
+
+def multi30k_corpus(cfg, data_dir):
+    """Multi30k's train, val and test_2016_flickr files of the language pair, verified."""
+    check_pair(cfg.src_lang, cfg.tgt_lang)
+
+    def pair(split):
+        return tuple(multi30k_file(file_name(split, lang), cfg.raw_dir, data_dir)
+                     for lang in (cfg.src_lang, cfg.tgt_lang))
+    return [pair("train")], {VALID: pair("val"), TEST_SPLIT: pair(TEST_SPLIT)}
+
+
+def corpus_files(cfg, data_dir):
+    """The `CorpusFiles` of a Multi30k or data=files `DataConfig`; DataError for a missing file.
+    With ``data.distilled_target`` training reads the sources with the teacher's translations
+    (beside the references, with ``distilled_with_references``)."""
+    train, splits = (files_corpus(cfg) if cfg.name == "files"
+                     else multi30k_corpus(cfg, data_dir))
+    vocab = list(train)
+    if cfg.distilled_target:
+        teacher = Path(cfg.distilled_target).expanduser().absolute()
+        if not teacher.is_file():
+            raise DataError(f"data.distilled_target={cfg.distilled_target} is not a file; give "
+                            f"the teacher's translation of every training source, in order "
+                            f"(mtx-translate input=<train source file>)")
+        if len(train) > 1:
+            raise DataError("data.distilled_target is one file of translations: give one "
+                            "data.train prefix with it (concatenate the files first)")
+        distilled = [(train[0][0], teacher)]
+        train = train + distilled if cfg.distilled_with_references else distilled
+    return CorpusFiles(train, vocab, splits)
+
+
+def files_digest(pairs):
+    """SHA-256 of each file's bytes, in order: what a cached vocabulary or prepared corpus is
+    keyed by (a changed file gets new ones)."""
+    return [sha256_of(path) for pair in pairs for path in pair]

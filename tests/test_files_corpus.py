@@ -1,0 +1,184 @@
+"""data=files: a user's own parallel files, read, filtered, prepared once and reused, batched
+lazily; and Multi30k read the same way."""
+import gzip
+import json
+import logging
+
+import numpy as onp
+import pytest
+
+from mtx.config import DataConfig
+from mtx.data import prepare
+from mtx.data.batching import batch_plan, bucket_batches, prefetched
+from mtx.data.corpus import load_corpus
+from mtx.data.pairs import PairIds, Side
+from mtx.errors import ConfigError, DataError
+
+WORDS = "a man dog runs plays with the green ball on grass two women children park".split()
+
+
+def write_pairs(prefix, src_lang, tgt_lang, src, tgt, gz=False):
+    """<prefix>.<src_lang> and <prefix>.<tgt_lang> (gzipped with ``gz``), a line each."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    for lang, lines in ((src_lang, src), (tgt_lang, tgt)):
+        data = "".join(line + "\n" for line in lines).encode("utf-8")
+        path = prefix.parent / f"{prefix.name}.{lang}{'.gz' if gz else ''}"
+        path.write_bytes(gzip.compress(data) if gz else data)
+
+
+def sentences(n, seed, lang):
+    rng = onp.random.RandomState(seed)
+    return [f"{lang} " + " ".join(rng.choice(WORDS, rng.randint(2, 9))) for _ in range(n)]
+
+
+def files_config(tmp_path, **settings):
+    """A data=files config of <tmp_path>/train and <tmp_path>/dev, en -> de."""
+    values = dict(name="files", src_lang="en", tgt_lang="de", train=str(tmp_path / "train"),
+                  valid=str(tmp_path / "dev"), vocab_size=60)
+    values.update(settings)
+    return DataConfig(**values)
+
+
+@pytest.fixture
+def corpus_dir(tmp_path):
+    write_pairs(tmp_path / "train", "en", "de", sentences(300, 1, "en"), sentences(300, 1, "de"),
+                gz=True)
+    write_pairs(tmp_path / "dev", "en", "de", sentences(20, 2, "en"), sentences(20, 2, "de"))
+    write_pairs(tmp_path / "sets" / "news", "en", "de", sentences(10, 3, "en"),
+                sentences(10, 3, "de"))
+    return tmp_path
+
+
+def test_files_are_found_plain_or_gzipped_and_named_by_their_prefix(corpus_dir):
+    cfg = files_config(corpus_dir, test=[str(corpus_dir / "sets" / "news")])
+    corpus = load_corpus(cfg, corpus_dir / "data", seed=0)
+    assert len(corpus.training) == 300 and corpus.test_names == ["news"]
+    assert set(corpus.text) == {"val", "news"} and len(corpus.text["news"][0]) == 10
+    assert corpus.tokenizer.decode(corpus.train_pairs()[0][:1]) == sentences(1, 1, "en")
+    with pytest.raises(DataError, match=r"data.train=.*nowhere: neither .*nowhere.en nor "
+                                        r".*nowhere.en.gz is a file"):
+        load_corpus(files_config(corpus_dir, train=str(corpus_dir / "nowhere")),
+                    corpus_dir / "data", seed=0)
+
+
+def test_settings_of_files_are_checked_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="data=files needs data.train=<prefix>"):
+        DataConfig(name="files", src_lang="en", tgt_lang="xx", train=None, valid="dev")
+    with pytest.raises(ConfigError, match="data.src_lang and data.tgt_lang are both en"):
+        files_config(tmp_path, tgt_lang="en")
+    with pytest.raises(ConfigError, match="data.train/valid/test are for data=files"):
+        DataConfig(train="corpus/train")
+    with pytest.raises(ConfigError, match="data.max_length_ratio=0.5: give"):
+        files_config(tmp_path, max_length_ratio=0.5)
+    cfg = files_config(tmp_path, train="rel/train", test="rel/test")
+    assert cfg.train == [str(tmp_path.cwd() / "rel" / "train")] and len(cfg.test) == 1
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("short", r"dev.de has 19 lines but .*dev.en has more: parallel files must align"),
+    ("long", r"dev.en has 20 lines but .*dev.de has 21: parallel files must align"),
+    ("utf8", r"dev.de:3: not valid UTF-8; fix or remove that line"),
+])
+def test_bad_files_are_one_line_naming_the_file(corpus_dir, damage, message):
+    lines = sentences(20, 2, "de")
+    path = corpus_dir / "dev.de"
+    if damage == "short":
+        path.write_text("\n".join(lines[:19]) + "\n", encoding="utf-8")
+    elif damage == "long":
+        path.write_text("\n".join(lines + ["extra"]) + "\n", encoding="utf-8")
+    else:
+        path.write_bytes("\n".join(lines).encode() .replace(lines[2].encode(), b"\xff\xfe bad"))
+    with pytest.raises(DataError, match=message):
+        load_corpus(files_config(corpus_dir), corpus_dir / "data", seed=0)
+
+
+def test_pairs_that_cannot_be_trained_on_are_dropped_and_counted(corpus_dir, caplog):
+    src, tgt = sentences(300, 1, "en"), sentences(300, 1, "de")
+    src[3], tgt[5] = "", "   "                              # empty sides
+    src[7] = " ".join(["dog"] * 60)                          # too long for max_len 40
+    tgt[9] = "de " + " ".join(["park"] * 30)                 # 1 or 2 source subwords to 31
+    src[9] = "en"
+    write_pairs(corpus_dir / "train", "en", "de", src, tgt)
+    with caplog.at_level(logging.INFO, logger="mtx.data.prepare"):
+        corpus = load_corpus(files_config(corpus_dir, max_pair_len=40, max_length_ratio=9),
+                             corpus_dir / "data", seed=0)
+    assert len(corpus.training) == 296
+    meta = json.loads(next((corpus_dir / "data" / "prepared").glob("*/meta.json")).read_text())
+    assert meta["dropped"] == {"empty": 2, "too_long": 1, "length_ratio": 1}
+    assert "300 pairs read, 296 kept (dropped: 2 empty, 1 too long, 1 length ratio" in caplog.text
+    write_pairs(corpus_dir / "train", "en", "de", ["", "x"], ["y", ""])
+    with pytest.raises(DataError, match="have no pair with text on both sides"):
+        load_corpus(files_config(corpus_dir), corpus_dir / "data", seed=0)
+
+
+def test_the_vocabulary_and_the_encoded_split_are_made_once_and_reused(corpus_dir, monkeypatch):
+    cfg = files_config(corpus_dir)
+    first = load_corpus(cfg, corpus_dir / "data", seed=0)
+    monkeypatch.setattr(prepare, "train_sentencepiece", _never)
+    monkeypatch.setattr(prepare, "encode_training", _never)
+    again = load_corpus(cfg, corpus_dir / "data", seed=0)  # nothing read but the held splits
+    assert again.tokenizer.model_path == first.tokenizer.model_path
+    assert again.train_pairs() == first.train_pairs()
+    assert isinstance(again.training.src.ids, onp.memmap)  # mapped, not loaded
+    write_pairs(corpus_dir / "train", "en", "de", sentences(300, 9, "en"), sentences(300, 9, "de"))
+    with pytest.raises(AssertionError, match="made again"):
+        load_corpus(cfg, corpus_dir / "data", seed=0)  # other files: another vocabulary
+    assert not list((corpus_dir / "data" / "prepared").glob(".*tmp"))  # nothing half-made
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("made again")
+
+
+def test_a_large_corpus_teaches_the_vocabulary_from_a_seeded_sample(corpus_dir, caplog):
+    cfg = files_config(corpus_dir, vocab_sample=1000)
+    write_pairs(corpus_dir / "train", "en", "de", sentences(1500, 1, "en"),
+                sentences(1500, 1, "de"))
+    with caplog.at_level(logging.INFO, logger="mtx.data.prepare"):
+        first = load_corpus(cfg, corpus_dir / "data", seed=0)
+    assert "a sample of 500 of 1500 training pairs" in caplog.text
+    other = load_corpus(cfg, corpus_dir / "other", seed=0)
+    assert first.tokenizer.definition() == other.tokenizer.definition()
+    assert len(first.training) == 1500
+
+
+def test_multi30k_is_read_as_files_are(multi30k_dir, tmp_path):
+    """Multi30k through the same pipeline: every training pair kept, in order, and encoded as
+    the tokenizer encodes its lines."""
+    from mtx.data.multi30k import load_split
+    corpus = load_corpus(DataConfig(raw_dir=str(multi30k_dir)), tmp_path, seed=1)
+    src, tgt = load_split("train", "en", "de", str(multi30k_dir), tmp_path)
+    assert len(corpus.training) == 29000
+    for i in (0, 1234, 28999):
+        assert corpus.training.src[i].tolist() == corpus.tokenizer.encode([src[i]])[0]
+        assert corpus.training.tgt[i].tolist() == corpus.tokenizer.encode([tgt[i]])[0]
+    assert corpus.test_names == ["test_2016_flickr"] and len(corpus.text["val"][0]) == 1014
+
+
+def test_lazy_batches_are_the_planned_ones_collated_as_needed():
+    rng = onp.random.RandomState(0)
+    src = [rng.randint(4, 30, rng.randint(1, 20)).tolist() for _ in range(500)]
+    tgt = [rng.randint(4, 30, rng.randint(1, 20)).tolist() for _ in range(500)]
+    eager = bucket_batches(src, tgt, 256, shuffle=True, seed=5)
+    pairs = PairIds.from_lists(src, tgt)
+    plan = batch_plan(pairs.bucket_lengths(), 256, shuffle=True, seed=5)
+    lazy = list(prefetched(pairs, plan, depth=2))
+    assert len(lazy) == len(eager) and sorted(i for b in lazy for i in b.ids) == list(range(500))
+    for a, b in zip(lazy, eager):
+        for name in ("src_tokens", "src_valid_len", "tgt_in", "tgt_out", "tgt_valid_len", "ids"):
+            assert onp.array_equal(getattr(a, name), getattr(b, name)), name
+    stopped = prefetched(pairs, plan, depth=2)
+    next(stopped)
+    stopped.close()  # a loop that breaks: the collating thread ends
+
+
+def test_sides_concatenate_and_map_from_disk(tmp_path):
+    from mtx.data.pairs import SideWriter
+    writer = SideWriter(tmp_path / "side")
+    writer.write([[4, 5], [], [6]])
+    writer.write([[7, 8, 9]])
+    writer.close()
+    mapped = Side.mapped(tmp_path / "side")
+    assert mapped.to_lists() == [[4, 5], [], [6], [7, 8, 9]]
+    joined = Side.concatenate([mapped, Side.from_lists([[10], [11, 12]])])
+    assert joined.to_lists() == [[4, 5], [], [6], [7, 8, 9], [10], [11, 12]]
