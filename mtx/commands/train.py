@@ -7,7 +7,7 @@ import logging
 
 from .. import training
 from ..typecheck import is_whole
-from ..hardware.devices import resolve_device, use_numpy_interface
+from ..hardware.devices import use_numpy_interface
 from ..errors import ConfigError
 from .entry import hydra_command, typed
 
@@ -22,8 +22,6 @@ def train(cfg):
     use_numpy_interface()
     model_cfg, data_cfg = typed(cfg, "model"), typed(cfg, "data")
     train_cfg, decode_cfg = typed(cfg, "train"), typed(cfg, "decode")
-    for device in train_cfg.devices or [cfg.device]:
-        resolve_device(device)  # a missing GPU is a config error before any work
     if not is_whole(cfg.seed):
         raise ConfigError(f"seed={cfg.seed}: give an integer")
     run_dir = HydraConfig.get().runtime.output_dir

@@ -32,7 +32,7 @@ from ..data.vocab import EOS
 from . import require
 from .export import read_export_info
 
-DEVICES = {"cpu": "cpu", "gpu": "cuda", "auto": "auto"}
+DEVICES = {"cpu": "cpu", "gpu": "cuda"}
 # CTranslate2 ends a beam search after PATIENCE * beam_size finished hypotheses. With 1 (its
 # default) it stops before mtx's beam would and misses better hypotheses that mtx finds; with 2
 # its best hypothesis is mtx's, or one with a higher GNMT score, on nearly every sentence, for a
@@ -60,10 +60,25 @@ def compute_type(quantization, device="cpu"):
 
 
 def ct2_device(device):
-    """mtx's device names (`mtx.hardware.devices.parse_device`) -> (CTranslate2 device, index)."""
+    """mtx's device names (`mtx.hardware.devices.parse_device`) -> (CTranslate2 device, index).
+    ``auto`` is resolved here, not by CTranslate2, so that the compute type is chosen for the
+    device that runs (`compute_type`): CUDA device 0 when CTranslate2 sees one, else the CPU."""
     from ..hardware.devices import parse_device
     kind, index = parse_device(device)
+    if kind == "auto":
+        count = cuda_devices()
+        kind = "gpu" if count else "cpu"
+        logging.getLogger("mtx").info("device=auto: %s (CTranslate2 sees %d CUDA device(s))",
+                                      "cuda:0" if count else "cpu", count)
     return DEVICES[kind], index if kind == "gpu" else 0
+
+
+def cuda_devices():
+    """How many CUDA devices CTranslate2 can use (0 where its CUDA libraries cannot load)."""
+    try:
+        return require().get_cuda_device_count()
+    except RuntimeError:
+        return 0
 
 
 class CTranslate2Translator(LineTranslator):
@@ -80,7 +95,7 @@ class CTranslate2Translator(LineTranslator):
         self.pieces = self.tokenizer.pieces(range(len(self.tokenizer)))
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         kind, index = ct2_device(device)
-        self.compute_type = (compute_type(info.get("quantization"), device) if compute == "auto"
+        self.compute_type = (compute_type(info.get("quantization"), kind) if compute == "auto"
                              else compute)
         if compute == "auto" and self.compute_type == "float32":
             logging.getLogger("mtx").info(

@@ -10,6 +10,9 @@ import random
 import numpy as onp
 
 from ..errors import ConfigError
+from . import gpu
+
+log = logging.getLogger(__name__)
 
 
 def parse_device(device):
@@ -36,18 +39,57 @@ def use_numpy_interface():
 
 
 def resolve_device(device):
-    """'cpu' | 'cpu:N' | 'gpu' | 'gpu:N' | 'auto' -> an MXNet context (ConfigError otherwise,
-    or when the GPU is not there)."""
+    """'cpu' | 'cpu:N' | 'gpu' | 'gpu:N' | 'auto' -> an MXNet context; ConfigError for a bad
+    name, a GPU MXNet does not see, or one it has no kernels for. ``auto`` logs what it chose
+    and why."""
     import mxnet as mx
     kind, index = parse_device(device)
     if kind == "auto":
-        return mx.gpu(0) if mx.context.num_gpus() > 0 else mx.cpu()
+        kind, index, reason = choose_auto()
+        log.info("device=auto: %s (%s)", "cpu" if kind == "cpu" else f"gpu:{index}", reason)
     if kind == "gpu":
-        if mx.context.num_gpus() <= index:
-            raise ConfigError(f"device={device} but MXNet sees {mx.context.num_gpus()} GPU(s): "
-                              f"use device=cpu, or install a CUDA build of mxnet")
+        check_gpu(device, index)
         return mx.gpu(index)
     return mx.cpu(index)  # separate CPU contexts share the cores (tests, debugging)
+
+
+def choose_auto():
+    """``device=auto`` -> (kind, index, why): GPU 0 when MXNet sees one and has kernels for it,
+    else the CPU. A GPU without kernels falls back to the CPU rather than stopping: auto promises
+    a device that works, so `make train` on such a machine still trains (device=gpu is refused
+    instead, in one line)."""
+    count, none_because = gpu.gpus_seen()
+    if not count:
+        return "cpu", 0, none_because
+    name, capability = gpu.cuda_device(0)
+    missing = gpu.kernels_missing(capability)
+    if missing:
+        return "cpu", 0, f"{gpu.describe(0, name, capability)}: {missing}"
+    return "gpu", 0, gpu.about(name, capability)
+
+
+def check_gpu(device, index):
+    """ConfigError unless MXNet sees GPU ``index`` and has kernels for it, naming what to do."""
+    count, none_because = gpu.gpus_seen()
+    if count <= index:
+        because = f" ({none_because})" if none_because else ""
+        raise ConfigError(f"device={device} but MXNet sees {count} GPU(s){because}: "
+                          f"{no_such_gpu_fix(none_because, count)}")
+    name, capability = gpu.cuda_device(index)
+    missing = gpu.kernels_missing(capability)
+    if missing:
+        raise ConfigError(f"device={device} is {gpu.describe(index, name, capability)}, and "
+                          f"{missing}: {gpu.INSTEAD}")
+
+
+def no_such_gpu_fix(none_because, count):
+    """What to do when ``device=gpu:N`` names a GPU MXNet does not see."""
+    if count:
+        return f"use device=gpu:0 ... gpu:{count - 1}, or device=auto"
+    if none_because == gpu.NO_CUDA:
+        return f"use device=cpu or device=auto, or install MXNet's CUDA build: {gpu.INSTALL_CUDA}"
+    return ("use device=cpu or device=auto, or make a GPU visible (nvidia-smi lists them; the "
+            "driver must support CUDA 11; CUDA_VISIBLE_DEVICES must not hide them)")
 
 
 def to_device(batch, ctx):

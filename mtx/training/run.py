@@ -74,6 +74,7 @@ def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1,
     (None on workers other than rank 0, which only train). ``config_yaml``: the resolved config
     to keep in the run directory."""
     run = RunDir(run_dir)
+    # a GPU that is not there, or has no kernels, is a config error before any work
     ctxs = [resolve_device(d) for d in (train_cfg.devices or [device])]
     parallel = DataParallel(ctxs, train_cfg.kvstore)
     # rank 0 is the run directory's one writer for the whole run (a second training is refused)
