@@ -1,42 +1,37 @@
-"""Who may use mtx-serve, and what every answer carries.
+"""Who may use mtx-serve, decided from the request's head before any of its body is read.
 
 - The Host header: answered only for the names in ``allowed_hosts`` (by default the loopback
   names and the address the server listens on), so a web page cannot reach a loopback server
   through DNS rebinding (its requests carry the attacker's host name). A server on every address
   (0.0.0.0, ::) without ``access.allowed_hosts`` answers any Host: it needs a token, and starts
   without one only when ``access.open_without_token=true`` says so (`check_bind`).
+- Other sites' pages: a route that does work (`mtx.serving.routes`) refuses a request that the
+  browser says another site sent (403, `mtx.serving.headers`).
 - A bearer token (``access.token``, or the ``MTX_SERVE_TOKEN`` environment variable): when set,
-  every route but liveness (GET /health) and the page itself (GET /, static) needs
-  ``Authorization: Bearer <token>`` or the page's session cookie. The page gets that cookie from
-  ``POST /login`` with the token in the Authorization header (never in a URL, where proxies and
-  browser history keep it): HttpOnly, SameSite=Strict (other sites' pages cannot send it), an
-  expiry of `SESSION_SECONDS`, and ``Secure`` when the request came over HTTPS. The cookie holds
-  an expiry and its HMAC under the token, not the token.
+  every route but the public ones (liveness, the page) needs ``Authorization: Bearer <token>`` or
+  the page's session cookie (`mtx.serving.tokens`). The page gets that cookie from ``POST
+  /login`` with the token in the Authorization header (never in a URL, where proxies and browser
+  history keep it): HttpOnly, SameSite=Strict, ``Secure`` when the request came over HTTPS;
+  ``POST /logout`` revokes it. Wrong tokens are throttled per client address (429).
+- Client addresses: the connection's, or behind a proxy listed in ``access.trusted_proxies`` the
+  one it forwards (`mtx.serving.server`); from anyone else X-Forwarded-* are ignored.
 - Without the token, /health says only whether the service is alive (no traffic counters).
-- Every answer: ``X-Content-Type-Options: nosniff``, ``Referrer-Policy: no-referrer``,
-  ``X-Frame-Options: DENY``.
 """
-import hashlib
-import hmac
 import ipaddress
-import json
 import re
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 from ..errors import ConfigError
+from .answers import json_answer
+from .headers import cross_site
+from .routes import route_of
+from .tokens import SESSION_SECONDS, Sessions, Throttle, token_problem
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 EVERY_ADDRESS = ("0.0.0.0", "::", "")
-PUBLIC_PATHS = ("/health", "/")  # liveness and the static page: answered without the token
-LOGIN_PATH = "/login"
 COOKIE = "mtx_session"
-SESSION_SECONDS = 12 * 3600
 AUTHORIZED = "mtx.authorized"  # scope key: the request carries the token (or none is needed)
-MIN_TOKEN_CHARS = 16
-SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
-                    (b"x-frame-options", b"DENY")]
 
 
 @dataclass(frozen=True)
@@ -45,18 +40,24 @@ class Access:
     token: Optional[str] = None               # None: no token asked for
     allowed_hosts: Optional[List[str]] = None  # None: loopback names and the listening address
     open_without_token: bool = False          # serve beyond loopback without a token (say so)
+    trusted_proxies: List[str] = field(default_factory=list)  # addresses whose X-Forwarded-*
+                                              # headers are believed
 
     def __post_init__(self):
         if self.token is not None and not re.fullmatch(r"[A-Za-z0-9._~+/=-]+", self.token):
             raise ConfigError("access.token has characters other than letters, digits and "
                               "._~+/=-: give a token such as secrets.token_urlsafe() makes")
-        if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
-            raise ConfigError(f"access.token is {len(self.token)} characters: give at least "
-                              f"{MIN_TOKEN_CHARS} (e.g. python -c 'import secrets; "
-                              f"print(secrets.token_urlsafe())')")
+        if self.token is not None and token_problem(self.token):
+            raise ConfigError(token_problem(self.token))
         if self.allowed_hosts is not None and not self.allowed_hosts:
             raise ConfigError("access.allowed_hosts=[] answers no one: list host names, or null "
                               "for the loopback names")
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ConfigError(f"access.trusted_proxies: {proxy!r} is not an address or "
+                                  f"network (e.g. 127.0.0.1, 10.0.0.0/8)") from None
 
     def hosts(self, listen_host):
         """The Host names answered (lowercase, no port), or None for any."""
@@ -94,73 +95,96 @@ def host_name(header):
     return name if colon and port.isdigit() and ":" not in name else header
 
 
-def json_answer(status, message, headers=()):
-    """An ASGI answer: ``{"error": message}`` (or ``message`` itself, a dict) with ``status``."""
-    body = json.dumps(message if isinstance(message, dict) else {"error": message}).encode()
-
-    async def respond(send):
-        await send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-            *SECURITY_HEADERS, *headers]})
-        await send({"type": "http.response.body", "body": body})
-    return respond
-
-
 class AccessCheck:
-    """ASGI middleware: the Host allow-list and the token (module docstring), then the
-    security headers on every answer."""
+    """ASGI middleware: the Host allow-list, other sites, the sign-in and the token (module
+    docstring), in that order; nothing of the body is read here."""
 
     def __init__(self, app, token, hosts):
-        self.app, self.token, self.hosts = app, token, hosts
+        self.app, self.hosts = app, hosts
+        self.sessions = Sessions(token) if token else None
+        self.throttle = Throttle()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        host = headers.get(b"host", b"").decode("latin-1")
-        if self.hosts is not None and host_name(host) not in self.hosts:
-            return await json_answer(421, f"Host {host[:100]!r} is not served here: add it to "
-                                          f"access.allowed_hosts")(send)
-        authorized = not self.token or self._carries_token(headers)
-        if scope["path"] == LOGIN_PATH and scope["method"] == "POST" and self.token:
-            return await self._login(scope, headers)(send)
-        if not authorized and scope["path"] not in PUBLIC_PATHS:
+        route = route_of(scope)
+        refusal = self._refusal(scope, headers, route)
+        if refusal is not None:
+            return await refusal(send)
+        if route is not None and route.session:
+            return await self._session(scope, headers, route)(send)
+        authorized = self._authorized(scope, headers)
+        public = route is not None and route.public
+        if authorized is None and not public:  # too many wrong tokens from this address
+            return await self._throttled(scope)(send)
+        scope[AUTHORIZED] = bool(authorized)  # the public routes are answered all the same
+        if not authorized and not public:
             return await json_answer(401, "this server needs its token: send Authorization: "
                                           "Bearer <token> (the page asks for it)",
                                      [(b"www-authenticate", b'Bearer realm="mtx-serve"')])(send)
-        scope[AUTHORIZED] = authorized
+        await self.app(scope, receive, send)
 
-        async def send_with_headers(message):
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                present = {name.lower() for name, _ in headers}
-                message = {**message, "headers": headers + [
-                    header for header in SECURITY_HEADERS if header[0] not in present]}
-            await send(message)
-        await self.app(scope, receive, send_with_headers)
+    def _refusal(self, scope, headers, route):
+        """421 for a Host not served, 403 for another site's request to a route that does
+        work; None when neither."""
+        host = headers.get(b"host", b"").decode("latin-1")
+        if self.hosts is not None and host_name(host) not in self.hosts:
+            return json_answer(421, f"Host {host[:100]!r} is not served here: add it to "
+                                    f"access.allowed_hosts")
+        elsewhere = route is not None and route.work and cross_site(scope)
+        if elsewhere:
+            return json_answer(403, f"{scope['method']} {route.path} came from another site's "
+                                    f"page ({elsewhere}): mtx-serve answers its own page and "
+                                    f"clients that are not browsers (docs/serving.md)")
+        return None
 
-    def _login(self, scope, headers):
-        """POST /login with the token in the Authorization header -> the session cookie."""
-        if not self._matches(bearer(headers)):
-            return json_answer(401, "the token is wrong: send Authorization: Bearer <token>")
-        expires = int(time.time()) + SESSION_SECONDS
-        secure = "; Secure" if scope.get("scheme") == "https" else ""
-        cookie = (f"{COOKIE}={expires}.{self._sign(expires)}; HttpOnly; SameSite=Strict; "
-                  f"Path=/; Max-Age={SESSION_SECONDS}{secure}").encode()
-        return json_answer(200, {"signed_in": True, "seconds": SESSION_SECONDS}, [(b"set-cookie", cookie)])
-
-    def _carries_token(self, headers):
-        if self._matches(bearer(headers)):
+    def _authorized(self, scope, headers, cookie=True):
+        """True with the token or (with ``cookie``) a session, or when none is needed; False
+        without; None when a Bearer token comes from an address with too many wrong ones."""
+        if self.sessions is None:
             return True
-        expires, _, signature = (cookie_value(headers) or "").partition(".")
-        return (expires.isdigit() and int(expires) > time.time()
-                and hmac.compare_digest(signature.encode(), self._sign(int(expires)).encode()))
+        given = bearer(headers)
+        if given is None:
+            return cookie and self.sessions.valid(cookie_value(headers))
+        address = client_of(scope)
+        if self.throttle.wait(address):
+            return None
+        if self.sessions.matches(given):
+            return True
+        self.throttle.wrong(address)
+        return False
 
-    def _sign(self, expires):
-        return hmac.new(self.token.encode(), b"session:%d" % expires, hashlib.sha256).hexdigest()
+    def _session(self, scope, headers, route):
+        """POST /login (the token in the Authorization header -> a session cookie) and POST
+        /logout (the cookie revoked and cleared)."""
+        if self.sessions is None:
+            return json_answer(404, f"no such page: {route.path} (this server has no token, so "
+                                    f"nothing to sign in to)")
+        secure = "; Secure" if scope.get("scheme") == "https" else ""
+        if route.path == "/logout":
+            self.sessions.revoke(cookie_value(headers))
+            cookie = f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}"
+            return json_answer(200, {"signed_in": False}, [(b"set-cookie", cookie.encode())])
+        authorized = self._authorized(scope, headers, cookie=False)
+        if authorized is None:
+            return self._throttled(scope)
+        if not authorized:
+            return json_answer(401, "the token is wrong: send Authorization: Bearer <token>")
+        cookie = (f"{COOKIE}={self.sessions.new()}; HttpOnly; SameSite=Strict; Path=/; "
+                  f"Max-Age={SESSION_SECONDS}{secure}")
+        return json_answer(200, {"signed_in": True, "seconds": SESSION_SECONDS},
+                           [(b"set-cookie", cookie.encode())])
 
-    def _matches(self, given):
-        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+    def _throttled(self, scope):
+        wait = self.throttle.wait(client_of(scope))
+        return json_answer(429, f"too many wrong tokens from this address: try again in {wait} s",
+                           [(b"retry-after", str(wait).encode())])
+
+
+def client_of(scope):
+    """The client's address (behind a trusted proxy: the one it forwards), or None."""
+    return scope["client"][0] if scope.get("client") else None
 
 
 def bearer(headers):

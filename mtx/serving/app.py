@@ -1,25 +1,15 @@
-"""The HTTP side of mtx-serve (FastAPI): routes, the body-size limit, and errors as JSON.
-
-    GET  /           the page (page.html: one file, no build step, nothing from other hosts)
-    GET  /health     liveness: {"status": "ok" | "stopping"} (with the token, or when none is
-                     set: the queue's counters too); 503 {"status": "failed"} once the model
-                     thread has died
-    GET  /ready      readiness: {"ready": true}, or 503 naming why not (stopping, queue full,
-                     the model thread dead, a batch stuck)
-    POST /login      the token in the Authorization header -> the page's session cookie
-    GET  /info       languages, parameters, heads per attention layer, checkpoint, precision
-    GET  /heads      the run's head study, or {"available": false, "reason": ...}
-    POST /translate  {"text": [...], "beam_size", "length_penalty", "nbest", "gates"}
-                     -> {"translations": [...], "scores": [...], "nbest": [[{text, score}]]}
-    POST /attention  {"text": "...", "beam_size", "length_penalty", "gates"}
-                     -> {"translation", "score", "source", "target", "layers": [{..., weights}]}
+"""The HTTP side of mtx-serve (FastAPI): the routes of `mtx.serving.routes` and their handlers,
+the layers in front of them, and errors as JSON.
 
 Every error is ``{"error": "<one line naming the problem>"}`` with a 4xx status (413 for a body,
 a list, a sentence or a request's work over the limits, 422 for a value that does not fit, 415
-for a body not sent as application/json, 408 for a body that is too slow, 401/421 from
+for a body not sent as application/json, 408 for a body that is too slow, 401/403/421/429 from
 `mtx.serving.access`), 503 with Retry-After when the server is busy or stopping
-(`mtx.serving.admission`), 500 for a bug (its traceback goes to the server's log only). A body
-is parsed once, here, after admission; the routes validate the parsed value.
+(`mtx.serving.admission`), 500 for a bug (its traceback goes to the server's log only, once).
+A request passes, in order: `Outermost` (the security headers; a bug's last catch),
+`AccessCheck` (Host, other sites, token: from the head alone), `Admission` (requests at once,
+the queue), `BodyCheck` (the body of a route that takes one, read and parsed once); then the
+route validates the parsed value.
 """
 import asyncio
 import base64
@@ -37,8 +27,10 @@ from starlette.exceptions import HTTPException
 from ..errors import MtxError
 from .access import AUTHORIZED, AccessCheck
 from .admission import Admission
+from .answers import Outermost, printable
 from .bodies import AttentionBody, RequestError, TranslateBody, validation_message
 from .intake import BodyCheck, parsed_body
+from .routes import ROUTES, listing
 
 log = logging.getLogger(__name__)
 
@@ -87,26 +79,28 @@ async def answer(work):
                            f"it with the server's log", 500) from None
 
 
-def create_app(service, shutdown_seconds, token=None, hosts=None):
-    """The FastAPI app of a started `mtx.serving.service.Service`; when the server stops, the
-    service answers what it has queued (within ``shutdown_seconds``, off the event loop) and
-    stops its model thread. ``token``, ``hosts``: `mtx.serving.access`."""
+def create_app(service, token=None, hosts=None):
+    """The ASGI app of a started `mtx.serving.service.Service`: FastAPI with the layers in front
+    (module docstring), inside `Outermost`. When the server stops, the service stops its model
+    thread off the event loop, by the deadline its `close` set. ``token``, ``hosts``:
+    `mtx.serving.access`."""
     @asynccontextmanager
     async def lifespan(app):
         yield
         # after uvicorn has answered the requests in flight; the loop stays free meanwhile
-        await asyncio.get_running_loop().run_in_executor(None, service.stop, shutdown_seconds)
+        await asyncio.get_running_loop().run_in_executor(None, service.stop)
 
     app = FastAPI(title="mtx-serve", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
-    app.add_middleware(BodyCheck, max_bytes=service.limits.max_body_bytes,
-                       seconds=service.limits.body_seconds)
-    app.add_middleware(Admission, service=service, max_requests=service.limits.max_connections,
-                       max_header_bytes=service.limits.max_header_bytes)
-    app.add_middleware(AccessCheck, token=token, hosts=hosts)  # outermost: before any work
+    limits = service.limits
+    app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes, seconds=limits.body_seconds,
+                       stop_deadline=lambda: service.answer_by)
+    app.add_middleware(Admission, service=service, max_requests=limits.max_connections,
+                       max_header_bytes=limits.max_header_bytes)
+    app.add_middleware(AccessCheck, token=token, hosts=hosts)  # before any other work
     add_error_handlers(app)
     add_routes(app, service)
-    return app
+    return Outermost(app)
 
 
 def add_error_handlers(app):
@@ -117,7 +111,7 @@ def add_error_handlers(app):
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, err: Exception):
-        log.error("internal error in %s %s", request.method, request.url.path,
+        log.error("internal error in %s %s", request.method, printable(request.scope["path"]),
                   exc_info=(type(err), err, err.__traceback__))
         return error(500, f"internal error ({type(err).__name__}); this is a bug, please report "
                           f"it with the server's log")
@@ -130,50 +124,55 @@ def add_error_handlers(app):
     async def http_error(request: Request, err: HTTPException):
         what = {404: "no such page", 405: "method not allowed"}.get(err.status_code, err.detail)
         return error(err.status_code, f"{what}: {request.method} {request.url.path} (the API: "
-                                      f"GET /info, /health, /heads; POST /translate, /attention)",
-                     getattr(err, "headers", None))
+                                      f"{listing()})", getattr(err, "headers", None))
 
 
 def add_routes(app, service):
-    """The page and the API (module docstring), answered by ``service``."""
+    """The handlers of the routes of `mtx.serving.routes` (but the sign-in's, which
+    `mtx.serving.access` answers), answered by ``service``."""
+    handlers = route_handlers(service)
+    for route in ROUTES:
+        if not route.session:
+            app.add_api_route(route.path, handlers.pop(route.path), methods=[route.method],
+                              include_in_schema=False)
+    if handlers:
+        raise RuntimeError(f"handlers of no route in mtx.serving.routes: {sorted(handlers)}")
+
+
+def route_handlers(service):
+    """{path: async handler(request)} of the routes that the app answers."""
     html = page_html()
     policy = page_policy(html)
 
-    @app.get("/", response_class=HTMLResponse)
-    async def page():
+    async def page(request: Request):
         return HTMLResponse(html, headers={"Content-Security-Policy": policy,
                                            "Cache-Control": "no-store"})
 
-    @app.get("/health")
-    async def health(request: Request):  # liveness: the process answers, its model thread runs
+    async def health(request: Request):  # liveness: the process answers, its model thread works
         status = service.health(counters=request.scope.get(AUTHORIZED, False))
         return JSONResponse(status, status_code=503 if status["status"] == "failed" else 200)
 
-    @app.get("/ready")
-    async def ready():
+    async def ready(request: Request):
         reason = service.not_ready()
         if reason:
             return error(503, f"not ready: {reason}",
                          {"Retry-After": str(service.jobs.retry_after())})
-        return {"ready": True}
+        return JSONResponse({"ready": True})
 
-    @app.get("/info")
-    async def info():
-        return service.info
-
-    @app.get("/heads")
-    async def heads():
-        return service.study
-
-    @app.post("/translate")
     async def translate(request: Request):
         body = parsed_body(request, TranslateBody)
-        return await answer(service.translate(body, lambda: client_gone(request),
-                                              client_address(request)))
+        return JSONResponse(await answer(service.translate(
+            body, lambda: client_gone(request), client_address(request))))
 
-    @app.post("/attention")
     async def attention(request: Request):  # its JSON is made in the model thread
         body = parsed_body(request, AttentionBody)
         json_bytes = await answer(service.attention(body, lambda: client_gone(request),
                                                     client_address(request)))
         return Response(json_bytes, media_type="application/json")
+    async def info():
+        return service.info
+
+    async def heads():
+        return service.study
+    return {"/": page, "/health": health, "/ready": ready, "/info": info, "/heads": heads,
+            "/translate": translate, "/attention": attention}

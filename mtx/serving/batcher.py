@@ -10,7 +10,8 @@ where the throughput comes from; and a request of many parts shares every round 
 came after it instead of holding the model to itself. No MXNet here: ``run_batch`` does the
 model's work.
 
-The thread is watched: a failed batch answers its jobs with the error and the thread goes on,
+The thread is watched: it records its progress (`mtx.serving.ledger.Stats.stalled`: a thread
+alive but stuck is seen), a failed batch answers its jobs with the error and the thread goes on,
 but anything else that ends it (a bug in the loop, an error outside a batch) is logged, recorded
 in ``died`` and refuses every job queued or running (mtx-serve then stops and exits non-zero,
 for its supervisor to restart it).
@@ -112,12 +113,14 @@ class Batcher:
             self.jobs.refuse(active_too=True)
 
     def _serve(self):
-        jobs = self.jobs
+        jobs, stats = self.jobs, self.jobs.stats
         while not self._aborting:
             if not jobs.active:
                 if jobs.stop_taken:
                     return
+                stats.idle = True  # owes nothing while it waits (`Stats.stalled`)
                 jobs.take()
+                stats.progress_at, stats.idle = time.monotonic(), False
             faults.point("model_round")
             self._gather()
             for key, group in by_key(take_turns(jobs.active, self.max_batch_tokens)).items():
@@ -155,4 +158,5 @@ class Batcher:
             self.jobs.ran(jobs, results)
         finally:
             stats.running, stats.running_since = 0, None
-            stats.busy_seconds += time.monotonic() - started
+            stats.progress_at = time.monotonic()
+            stats.busy_seconds += stats.progress_at - started

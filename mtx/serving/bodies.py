@@ -49,6 +49,10 @@ class Limits:
     max_header_bytes: int = 16384   # request line and headers; more: 400
     body_seconds: float = 10.0   # a request body must arrive within this many seconds
     request_seconds: float = 30.0  # a request's answer: past this, 504 and its work is dropped
+    write_seconds: float = 10.0  # a client must take its answer's bytes: a full send buffer
+                                 # for this long, or unsent bytes this long after closing: dropped
+    batch_seconds: float = 120.0  # a model thread that finishes no batch for this long while
+                                  # it has work fails /ready and /health (a supervisor restarts it)
     max_queue_work: int = 65536  # work waiting for the model; more is refused (503)
     client_share: float = 0.5    # of the queue's requests and work, one client address at most
 

@@ -14,9 +14,14 @@ Here each connection is in one of two states:
 - *in a request*: the app has it; its body has ``limits.body_seconds`` (`mtx.serving.app`) and its
   answer ``limits.request_seconds``. Requests at once are the app's to limit (`Admission`).
 
-Idle keep-alive connections are closed after ``keepalive_seconds`` (uvicorn's timer). The HTTP
-implementation is pinned to h11 with headers of at most ``max_header_bytes``; an invalid request
-gets the service's JSON answer, not uvicorn's plain text.
+Idle keep-alive connections are closed after ``keepalive_seconds`` (uvicorn's timer). And answers
+have a write deadline: while a connection's send buffer is full (the client does not read, e.g.
+while it pipelines requests), it must take some of it within ``write_seconds``, and a connection
+being closed must take what is left within ``write_seconds``; else it is dropped (aborted), its
+request leaves the app and its slots are free. (uvicorn waits for a full buffer to drain with no
+timer, and closing a transport waits for its buffer to be written.) The HTTP implementation is
+pinned to h11 with headers of at most ``max_header_bytes``; an invalid request gets the
+service's JSON answer, not uvicorn's plain text.
 """
 import json
 import logging
@@ -25,7 +30,7 @@ import time
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .access import SECURITY_HEADERS
+from .answers import SECURITY_HEADERS
 
 log = logging.getLogger(__name__)
 HARD_LIMIT_FACTOR = 2  # connections all in requests: newcomers are closed beyond twice the limit
@@ -34,10 +39,17 @@ HARD_LIMIT_FACTOR = 2  # connections all in requests: newcomers are closed beyon
 class Guard:
     """The settings and the open connections of one server (shared by its protocols)."""
 
-    def __init__(self, max_connections, head_seconds):
+    def __init__(self, max_connections, head_seconds, write_seconds):
         self.max_connections, self.head_seconds = max_connections, head_seconds
+        self.write_seconds = write_seconds
         self.open = set()   # every GuardedH11 connection now open
         self.closed_idle = 0  # closed for room or past their head deadline
+
+    def drop_all(self):
+        """Abort every connection still open (at the shutdown deadline: what they have not
+        taken of their answers is dropped, and their requests end)."""
+        for connection in list(self.open):
+            connection.drop("the server's shutdown deadline")
 
     def make_room(self, newcomer):
         """Over ``max_connections``: close the connection that has waited longest for a
@@ -62,6 +74,7 @@ class GuardedH11(H11Protocol):
         super().__init__(*args, **kwargs)
         self.waiting_since = None   # time.monotonic() it began waiting for a head, or None
         self._head_timer = None
+        self._write_timer = None    # the write deadline, while one runs
         self._known_cycle = None
 
     def connection_made(self, transport):
@@ -73,6 +86,9 @@ class GuardedH11(H11Protocol):
     def connection_lost(self, exc):
         self.guard.open.discard(self)
         self._stop_waiting()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
         super().connection_lost(exc)
 
     def data_received(self, data):
@@ -81,8 +97,34 @@ class GuardedH11(H11Protocol):
 
     def on_response_complete(self):
         super().on_response_complete()  # may start a pipelined request at once
-        if not self._note_new_request() and not self.transport.is_closing():
+        if self.transport.is_closing():
+            self._write_deadline()
+        elif not self._note_new_request():
             self._wait_for_head()
+
+    def pause_writing(self):  # the send buffer is full: the client must take some in time
+        super().pause_writing()
+        self._write_deadline()
+
+    def resume_writing(self):
+        super().resume_writing()
+        if self._write_timer is not None and not self.transport.is_closing():
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def timeout_keep_alive_handler(self):
+        self.close_idle("idle after its answer")
+
+    def shutdown(self):
+        super().shutdown()  # closes a connection between requests
+        if self.transport.is_closing():
+            self._write_deadline()
+
+    def drop(self, why):
+        """Abort the connection: what it has not taken of its answers is dropped."""
+        if self.transport is not None:
+            log.debug("dropping the connection from %s (%s)", self.client, why)
+            self.transport.abort()
 
     def send_400_response(self, msg):
         """An invalid request (bad syntax, headers over the size limit): the service's JSON
@@ -98,6 +140,7 @@ class GuardedH11(H11Protocol):
         except h11.LocalProtocolError:  # h11 cannot answer in this state: only close
             pass
         self.transport.close()
+        self._write_deadline()
 
     def close_idle(self, why):
         """Close a connection that is waiting for a request's head."""
@@ -106,6 +149,15 @@ class GuardedH11(H11Protocol):
             log.debug("closing an idle connection from %s (%s)", self.client, why)
             self.transport.close()
         self._stop_waiting()
+        self._write_deadline()
+
+    def _write_deadline(self):
+        """While the send buffer is full, or once the connection is closing with bytes still
+        unsent: the client must take them within ``write_seconds``, else they are dropped."""
+        if self._write_timer is None and self.transport.get_write_buffer_size():
+            self._write_timer = self.loop.call_later(
+                self.guard.write_seconds, self.drop, "its answer not taken within "
+                                                     "limits.write_seconds")
 
     def _note_new_request(self):
         """True when a request's head has come since last asked (the app has it now)."""
@@ -129,6 +181,6 @@ class GuardedH11(H11Protocol):
             self._head_timer = None
 
 
-def protocol_class(max_connections, head_seconds):
+def protocol_class(guard):
     """A `GuardedH11` class with its own `Guard` (one per server)."""
-    return type("GuardedH11", (GuardedH11,), {"guard": Guard(max_connections, head_seconds)})
+    return type("GuardedH11", (GuardedH11,), {"guard": guard})

@@ -11,13 +11,13 @@ run because the queue was stopped. A caller that cancelled its future before the
 skipped. No MXNet here.
 """
 import concurrent.futures
-import math
 import queue
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Hashable, List, Optional, Tuple
 
-from .ledger import Busy, Ledger  # noqa: F401  Busy: what submit raises, importable here
+from ..runs import faults
+from .ledger import Busy, Ledger, Stats  # noqa: F401  Busy: what submit raises, importable here
 
 
 class Stopping(RuntimeError):
@@ -26,25 +26,6 @@ class Stopping(RuntimeError):
 
 class Abandoned(RuntimeError):
     """The caller gave up on the job (its deadline passed, its client went away)."""
-
-
-@dataclass
-class Stats:
-    jobs: int = 0          # jobs answered with a result
-    failed: int = 0        # jobs answered with an exception
-    abandoned: int = 0     # jobs whose callers gave up before they were done
-    batches: int = 0       # run_batch calls
-    largest_batch: int = 0  # most parts in one run_batch call
-    running: int = 0       # parts in the batch the model is working on now
-    busy_seconds: float = 0.0  # time spent in run_batch calls
-    running_since: Optional[float] = None  # time.monotonic() the running batch started at
-
-    def model_seconds(self, jobs):
-        """The expected model time of ``jobs`` jobs (the mean model time of an answered job so
-        far; 1 s without one), as whole seconds from 1 to 60: a refused client's Retry-After."""
-        done = self.jobs + self.failed
-        per_job = (self.busy_seconds / done if done else 0.0) or 1.0
-        return max(1, min(60, math.ceil(per_job * jobs)))
 
 
 @dataclass
@@ -156,6 +137,9 @@ class JobQueue:
     def _submit(self, job):
         tokens = job.tokens_left
         with self._lock:
+            # MTX_KILL_AT=queue_locked:1:SIGTERM: a stop signal while the event loop holds the
+            # lock (the crash tests: the signal handler must not take it)
+            faults.point("queue_locked")
             if self.stopping:
                 raise Stopping("the server is shutting down")
             self.ledger.admit(job.client, tokens, running=self.stats.running)

@@ -2,10 +2,15 @@
 and not yet released (answered or abandoned), in all and per client, within the queue's limits.
 
 The per-client share keeps one client (an address) from filling the queue for everyone. Behind
-a proxy on this machine the address is the one the proxy forwards (uvicorn reads X-Forwarded-For
-from 127.0.0.1), so the share is per user there too. No locking here: `mtx.serving.jobs.JobQueue`
-calls it under its lock.
+a proxy listed in ``access.trusted_proxies`` the address is the one the proxy forwards, so the
+share is per user there too; from anyone else X-Forwarded-For is ignored, so a client cannot
+get a fresh share per made-up address. No locking here: `mtx.serving.jobs.JobQueue` calls it
+under its lock. `Stats` are the counters of the queue and its model thread (/health).
 """
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Optional
 
 
 class Busy(RuntimeError):
@@ -57,3 +62,31 @@ class Ledger:
             held[0], held[1] = held[0] - 1, held[1] - tokens_left
             if held[0] <= 0:
                 del self._by_client[client]
+
+
+@dataclass
+class Stats:
+    """The queue's counters (/health shows them but the last three) and the model thread's
+    progress (`stalled`)."""
+    jobs: int = 0          # jobs answered with a result
+    failed: int = 0        # jobs answered with an exception
+    abandoned: int = 0     # jobs whose callers gave up before they were done
+    batches: int = 0       # run_batch calls
+    largest_batch: int = 0  # most parts in one run_batch call
+    running: int = 0       # parts in the batch the model is working on now
+    busy_seconds: float = 0.0  # time spent in run_batch calls
+    running_since: Optional[float] = None  # time.monotonic() the running batch started at
+    progress_at: float = field(default_factory=time.monotonic)  # the model thread's last batch
+                                # done, or the moment it took work after waiting for some
+    idle: bool = True      # the model thread is waiting for work (it owes nothing)
+
+    def stalled(self, now):
+        """Seconds the model thread has owed work without finishing a batch (0 while idle)."""
+        return 0.0 if self.idle else max(0.0, now - self.progress_at)
+
+    def model_seconds(self, jobs):
+        """The expected model time of ``jobs`` jobs (the mean model time of an answered job so
+        far; 1 s without one), as whole seconds from 1 to 60: a refused client's Retry-After."""
+        done = self.jobs + self.failed
+        per_job = (self.busy_seconds / done if done else 0.0) or 1.0
+        return max(1, min(60, math.ceil(per_job * jobs)))

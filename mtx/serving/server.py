@@ -1,70 +1,107 @@
 """Running the app on uvicorn: the address line, and a clean stop on SIGTERM or Ctrl-C.
 
-On the first SIGTERM/SIGINT the service stops taking new work (a request that reaches the model
-after that gets 503) while uvicorn stops accepting connections and waits up to
-``shutdown_seconds`` for the requests in flight, which the model thread still answers; then
-it ends. Every request that got in is answered or refused, none is dropped. After a SIGTERM the
-command exits 0; after Ctrl-C it says "interrupted" and exits 130, as every mtx command does. A
-second signal exits at once (130 for Ctrl-C, 143 for SIGTERM), whatever is in flight. If the
-model thread dies, the server stops the same way and the command fails (exit 2), so that a
-supervisor restarts it.
+A stop signal is only noted where it lands (the signal handler runs in the main thread between
+two bytecodes of whatever it interrupted, which may be the event loop inside the queue's lock,
+so it takes no lock); the event loop then does the rest. From the signal on, the stop takes at
+most ``shutdown_seconds``: the service stops taking new work (a request that reaches the model
+after that gets 503) while uvicorn stops accepting connections; the requests in flight are
+answered by the model thread, and those still waiting just before the end get 503; connections
+still open then are dropped; the model thread is waited for until the end, no longer. Every
+request that got in is answered or refused, none is dropped. After a SIGTERM the command exits
+0; after Ctrl-C it says "interrupted" and exits 130, as every mtx command does. A second signal
+exits at once (130 for Ctrl-C, 143 for SIGTERM), whatever is in flight. If the model thread
+dies, the server stops the same way and the command fails (exit 2), so that a supervisor
+restarts it.
 
 HTTP is uvicorn's h11 implementation, pinned (not httptools, whatever is installed), under the
-connection deadlines and limits of `mtx.serving.connections`.
+connection deadlines and limits of `mtx.serving.connections`; X-Forwarded-For and -Proto are
+believed only from ``access.trusted_proxies``.
 """
+import asyncio
 import errno
 import logging
 import os
 import signal
 import socket
+import time
 
 import uvicorn
 
 from ..errors import ConfigError, MtxError
 from .access import check_bind
 from .app import create_app
-from .connections import protocol_class
+from .connections import Guard, protocol_class
+from .routes import listing
 
 log = logging.getLogger("mtx.serve")
 BACKLOG = 2048  # uvicorn's default
-GRACE_SECONDS = 2.0  # uvicorn waits this much past the shutdown deadline the requests keep
 FORCED_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}  # a second signal: 128 + its number
+SECOND_SIGNAL = b"[INFO] second signal: exiting now, without waiting for the requests in flight\n"
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server that logs its real address (``port=0`` picks a free port) and tells the
-    service when a stop signal comes."""
+    """uvicorn's server that logs its real address (``port=0`` picks a free port) and stops
+    within ``shutdown_seconds`` of a stop signal (module docstring)."""
 
-    def __init__(self, config, service, shutdown_seconds):
+    def __init__(self, config, service, shutdown_seconds, guard):
         super().__init__(config)
-        self.service, self.shutdown_seconds = service, shutdown_seconds
+        self.service, self.shutdown_seconds, self.guard = service, shutdown_seconds, guard
         self.stop_signal = None
+        self.stop_at = None  # time.monotonic() by which the stop is over
+        self._stopping = False
+
+    def handle_exit(self, sig, frame):
+        """Only notes the signal (module docstring); a second one exits now, its line written
+        with os.write (logging and sys.stderr take locks)."""
+        if self.should_exit:
+            os.write(2, SECOND_SIGNAL)
+            os._exit(FORCED_EXIT.get(sig, 1))
+        self.stop_at = time.monotonic() + self.shutdown_seconds
+        self.stop_signal = sig
+        self.should_exit = True
 
     async def on_tick(self, counter):
         if self.service.batcher.died is not None and not self.should_exit:
             log.error("the model thread died: stopping the server (the command fails)")
-            self.service.close(self.shutdown_seconds)
+            self.stop_at = time.monotonic() + self.shutdown_seconds
             self.should_exit = True
+        if self.should_exit:
+            self._begin_stop()
         return await super().on_tick(counter)
+
+    def _begin_stop(self):
+        """On the event loop: the service refuses new work and answers what it has by
+        `stop_at`."""
+        if not self._stopping:
+            self._stopping = True
+            if self.stop_at is None:
+                self.stop_at = time.monotonic() + self.shutdown_seconds
+            if self.stop_signal is not None:
+                log.info("stopping: answering the requests in flight within %g s, refusing new "
+                         "ones", self.shutdown_seconds)
+            self.service.close(max(0.0, self.stop_at - time.monotonic()))
+
+    async def shutdown(self, sockets=None):
+        """uvicorn's shutdown, bounded by `stop_at`: connections still open just before it are
+        dropped, so that no request is left to be cancelled (uvicorn would answer it with a
+        plain-text 500)."""
+        self._begin_stop()
+        left = max(0.0, self.stop_at - time.monotonic())
+        self.config.timeout_graceful_shutdown = left
+        service = self.service
+        drop_in = max(0.0, (service.answer_by + service.stop_by) / 2 - time.monotonic())
+        dropping = asyncio.get_running_loop().call_later(drop_in, self.guard.drop_all)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            dropping.cancel()
 
     async def startup(self, sockets=None):
         await super().startup(sockets)
         for server in self.servers:
             for sock in server.sockets:
                 host, port = sock.getsockname()[:2]
-                log.info("serving on http://%s:%d (page: /, API: /translate, /attention, "
-                         "/info, /health, /heads)", host, port)
-
-    def handle_exit(self, sig, frame):
-        if self.should_exit:  # a second signal: no more waiting
-            log.info("second signal: exiting now, without waiting for the requests in flight")
-            logging.shutdown()
-            os._exit(FORCED_EXIT[sig] if sig in FORCED_EXIT else 1)
-        self.stop_signal = sig
-        log.info("stopping: answering the requests in flight within %g s, refusing new ones",
-                 self.shutdown_seconds)
-        self.service.close(self.shutdown_seconds)
-        super().handle_exit(sig, frame)
+                log.info("serving on http://%s:%d (%s)", host, port, listing())
 
 
 def bind(host, port):
@@ -107,27 +144,28 @@ def serve(service, sock, shutdown_seconds, access):
     if access.open_without_token:
         log.warning("serving on %s without a token (access.open_without_token=true): anyone "
                     "who reaches this address can use it", host)
-    app = create_app(service, shutdown_seconds, access.token, access.hosts(host))
+    app = create_app(service, access.token, access.hosts(host))
     limits = service.limits
+    guard = Guard(limits.max_connections, limits.head_seconds, limits.write_seconds)
+    trusted = list(access.trusted_proxies)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level="warning",
-                            access_log=False, lifespan="on",
-                            http=protocol_class(limits.max_connections, limits.head_seconds),
+                            access_log=False, lifespan="on", http=protocol_class(guard),
                             h11_max_incomplete_event_size=limits.max_header_bytes,
                             timeout_keep_alive=limits.keepalive_seconds,
-                            # the requests' own 503 at the shutdown deadline comes first
-                            timeout_graceful_shutdown=shutdown_seconds + GRACE_SECONDS)
-    # uvicorn handles both signals while it serves and re-raises the one it got once it has
-    # shut down; around it they do nothing, so the ending is decided here: SIGTERM returns,
-    # Ctrl-C raises KeyboardInterrupt ("interrupted", exit 130, like every mtx command).
+                            proxy_headers=bool(trusted), forwarded_allow_ips=trusted or None,
+                            timeout_graceful_shutdown=shutdown_seconds)  # then `Server.shutdown`
+    # while uvicorn serves, both signals go to Server.handle_exit; around it they do nothing, so
+    # the ending is decided here: SIGTERM returns, Ctrl-C raises KeyboardInterrupt
+    # ("interrupted", exit 130, like every mtx command).
     stop_signals = (signal.SIGTERM, signal.SIGINT)
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in stop_signals}
-    server = Server(config, service, shutdown_seconds)
+    server = Server(config, service, shutdown_seconds, guard)
     try:
         server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        service.stop(shutdown_seconds)
+        service.stop()
     log.info("stopped: %s", service.health())
     if service.batcher.died is not None:
         raise ModelThreadDied(f"the model thread died ({type(service.batcher.died).__name__}: "

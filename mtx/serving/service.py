@@ -22,8 +22,9 @@ from .work import attention_work, split_work, translations
 from .jobs import Busy, JobQueue, Stopping
 
 log = logging.getLogger(__name__)
-STUCK_SECONDS = 120.0  # a batch running longer than this makes the server not ready
 WAKE_SECONDS = 0.5  # a waiting request looks at the shutdown deadline this often
+ANSWER_MARGIN = 0.5  # at a stop, what still waits is answered (503) this long before the end
+HIDDEN_STATS = ("running_since", "progress_at", "idle")  # not among /health's counters
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ class Service:
         self.jobs = JobQueue(limits.max_queue, limits.max_queue_work, limits.client_share)
         self.batcher = Batcher(self.jobs, engine.run_batch, batching.max_wait_ms / 1000,
                                batching.max_batch_tokens, on_start=self._warm_up)
-        self.stop_deadline = None  # time.monotonic() by which requests in flight are answered
+        self.stop_by = None    # time.monotonic() by which a stop is over (`close`)
+        self.answer_by = None  # ... and by which every request in flight is answered
         self._stopped = False
 
     def _warm_up(self):
@@ -69,17 +71,23 @@ class Service:
         self.batcher.start()
 
     def close(self, seconds=None):
-        """Refuse new requests from now on; those queued are still answered, within ``seconds``
-        (after that each gets 503)."""
-        if seconds is not None and self.stop_deadline is None:
-            self.stop_deadline = time.monotonic() + seconds
+        """Refuse new requests from now on; the stop is over within ``seconds``: those queued
+        are still answered until a margin before that (`answer_by`), then each gets 503. Called
+        on the event loop (it takes the queue's lock: never from a signal handler)."""
+        if seconds is not None and self.stop_by is None:
+            now = time.monotonic()
+            self.stop_by = now + seconds
+            self.answer_by = self.stop_by - min(ANSWER_MARGIN, seconds / 4)
         self.jobs.close()
 
-    def stop(self, timeout):
-        """Stop the model thread (once: later calls return at once)."""
+    def stop(self, timeout=None):
+        """Stop the model thread, waiting for it ``timeout`` s (None: until `stop_by`, or not
+        at all without one); once: later calls return at once."""
         if not self._stopped:
             self._stopped = True
-            self.batcher.stop(timeout)
+            if timeout is None:
+                timeout = 0.0 if self.stop_by is None else self.stop_by - time.monotonic()
+            self.batcher.stop(max(0.0, timeout))
 
     async def translate(self, body, disconnected=None, client=None):
         """``disconnected``: a function that makes an awaitable that ends when the client goes
@@ -99,34 +107,48 @@ class Service:
 
     def health(self, counters=True):
         """Liveness (GET /health): "ok", "stopping", or "failed" when the model thread has
-        died; with ``counters``, the queue's counters too."""
-        if self.batcher.died is not None:
-            return {"status": "failed", "reason": "the model thread died (see the server's log)"}
+        died or has owed work for over ``limits.batch_seconds`` without finishing a batch (it is
+        stuck: the process must be restarted); with ``counters``, the queue's counters too."""
+        failed = self.failure()
+        if failed:
+            return {"status": "failed", "reason": failed}
         status = {"status": "stopping" if self.jobs.stopping else "ok"}
         if not counters:
             return status
         stats = dataclasses.asdict(self.jobs.stats)
-        since = stats.pop("running_since")
-        return {**status, "queued": self.jobs.queued(), **stats,
+        since = stats["running_since"]
+        return {**status, "queued": self.jobs.queued(),
+                **{k: v for k, v in stats.items() if k not in HIDDEN_STATS},
                 "running_seconds": 0.0 if since is None else round(time.monotonic() - since, 3)}
 
+    def failure(self):
+        """Why the model thread cannot serve any more (dead, or stuck), or None."""
+        if self.batcher.died is not None:
+            return "the model thread died (see the server's log)"
+        stalled = self.jobs.stats.stalled(time.monotonic())
+        if stalled > self.limits.batch_seconds:
+            return (f"the model thread has finished no batch for {stalled:.1f} s while it has "
+                    f"work (limits.batch_seconds={self.limits.batch_seconds:g})")
+        return None
+
     def refusal(self):
-        """Why new work would be refused now (stopping, the model thread not running, the queue
-        full), or None: checked before a request's body is read (`mtx.serving.admission`)."""
+        """Why new work would be refused now (stopping, the model thread not running or stuck,
+        the queue full), or None: checked before a request's body is read
+        (`mtx.serving.admission`)."""
         if self.jobs.stopping:
             return "the server is shutting down"
         if not self.batcher.alive():
             return "the model thread is not running (see the server's log)"
+        failed = self.failure()
+        if failed:
+            return failed
         if self.jobs.queued() >= self.limits.max_queue:
             return f"the queue is full ({self.limits.max_queue} requests)"
         return None
 
     def not_ready(self):
-        """Why this server should get no traffic now (GET /ready): a `refusal`, or a batch
-        running for too long; None when ready."""
-        since = self.jobs.stats.running_since
-        if since is not None and time.monotonic() - since > STUCK_SECONDS:
-            return f"a batch has been running for over {STUCK_SECONDS:.0f} s"
+        """Why this server should get no traffic now (GET /ready): a `refusal`; None when
+        ready."""
         return self.refusal()
 
     async def _ask(self, key, parts, disconnected=None, client=None):
@@ -145,13 +167,13 @@ class Service:
             waits.add(answer)
             deadline = time.monotonic() + self.limits.request_seconds
             while True:
-                end = min(deadline, self.stop_deadline or deadline)
+                end = min(deadline, self.answer_by or deadline)
                 done, _ = await asyncio.wait(
                     waits, timeout=max(0.0, min(end - time.monotonic(), WAKE_SECONDS)),
                     return_when=asyncio.FIRST_COMPLETED)
                 if answer.done():
                     return answer.result()
-                problem = given_up(bool(done), deadline, self.stop_deadline,
+                problem = given_up(bool(done), deadline, self.answer_by,
                                    self.limits.request_seconds, retry)
                 if problem:
                     future.abandon()
