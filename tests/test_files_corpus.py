@@ -182,3 +182,23 @@ def test_sides_concatenate_and_map_from_disk(tmp_path):
     assert mapped.to_lists() == [[4, 5], [], [6], [7, 8, 9]]
     joined = Side.concatenate([mapped, Side.from_lists([[10], [11, 12]])])
     assert joined.to_lists() == [[4, 5], [], [6], [7, 8, 9], [10], [11, 12]]
+
+
+def test_evaluate_reads_a_files_split_as_training_read_it(corpus_dir):
+    """mtx-evaluate split=<test set> of a files run: the set whole, as report.json scored it (an
+    empty source kept, to get an empty translation), and val without its empty pairs."""
+    from types import SimpleNamespace
+    from mtx.commands.evaluate import read_split
+    src, tgt = sentences(10, 3, "en"), sentences(10, 3, "de")
+    src[4] = ""
+    write_pairs(corpus_dir / "sets" / "news", "en", "de", src, tgt)
+    cfg = files_config(corpus_dir, test=[str(corpus_dir / "sets" / "news")])
+    corpus = load_corpus(cfg, corpus_dir / "data", seed=0)
+    assert read_split(SimpleNamespace(split="news", ckpt="run"), cfg) == ("news",
+                                                                          *corpus.text["news"])
+    assert read_split(SimpleNamespace(split=None, ckpt="run"), cfg)[1][4] == ""
+    dev = sentences(20, 2, "en")
+    dev[0] = " "
+    write_pairs(corpus_dir / "dev", "en", "de", dev, sentences(20, 2, "de"))
+    _, val_src, val_tgt = read_split(SimpleNamespace(split="val", ckpt="run"), cfg)
+    assert val_src == dev[1:] and val_tgt == sentences(20, 2, "de")[1:]

@@ -9,6 +9,7 @@ from ..config import DecodeConfig
 from ..errors import DataError
 from ..decoding.evaluation import translate_and_score
 from ..files import atomic_write_json, atomic_write_text
+from ..data.corpus import read_held
 from ..data.lines import read_parallel
 from ..data.multi30k import TEST_SPLIT, load_split
 from ..data.sources import VALID, prefix_pair
@@ -31,7 +32,9 @@ def read_files(cfg):
 def read_split(cfg, data_cfg):
     """(name, source lines, reference lines) of split= of the run's corpus (null: its first test
     set): a Multi30k split of the run's language pair (downloaded into the data directory when
-    it is not in raw_dir=), or a split of the run's own files (data=files)."""
+    it is not in raw_dir=), or a split of the run's own files (data=files), read as training
+    read it for report.json (`mtx.data.corpus.read_held`: a test set whole, an empty source
+    included; val without the pairs that have an empty side)."""
     if data_cfg is None or data_cfg.name not in ("multi30k", "files"):
         raise DataError(f"{cfg.ckpt} was not trained on Multi30k or files: pass source= and "
                         f"reference=")
@@ -44,7 +47,8 @@ def read_split(cfg, data_cfg):
     if split not in prefixes:
         raise DataError(f"split={split}: {cfg.ckpt}'s corpus has {', '.join(prefixes)}; choose "
                         f"one, or pass source= and reference=")
-    return (split, *read_parallel(*prefix_pair(prefixes[split], data_cfg, f"split={split}")))
+    return (split, *read_held(split, prefix_pair(prefixes[split], data_cfg, f"split={split}"),
+                              data_cfg.lowercase_source))
 
 
 def decode_name(decode_cfg):
