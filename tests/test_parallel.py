@@ -152,6 +152,39 @@ def test_local_cluster_trains_the_same_parameters_on_different_shards(cluster_ru
 
 
 @pytest.mark.slow
+def test_local_cluster_trains_on_a_files_corpus(tmp_path, multi30k_dir):
+    """Two workers on a corpus of files (data=files, en -> xx, one gzipped): the training split
+    prepared once into the shared data directory (both workers start on an empty one), each
+    worker trains its share of every epoch's batches, and both end with the same parameters."""
+    from test_files_end_to_end import multi30k_lines, write_pair
+    pairs, epochs = 600, 2
+    en, de = multi30k_lines(multi30k_dir, pairs + 50)
+    write_pair(tmp_path / "corpus" / "train", en[:pairs], de[:pairs], gz=True)
+    write_pair(tmp_path / "corpus" / "dev", en[pairs:pairs + 40], de[pairs:pairs + 40])
+    write_pair(tmp_path / "corpus" / "news", en[pairs + 40:], de[pairs + 40:])
+    cache, run_dir = tmp_path / "cache", tmp_path / "run"
+    training = [a for a in CLUSTER_TRAINING if not a.startswith("data.sizes=")]
+    code, log = _launch(tmp_path, *training, "data=files", "data.src_lang=en",
+                        "data.tgt_lang=xx", f"data.train={tmp_path / 'corpus' / 'train'}",
+                        f"data.valid={tmp_path / 'corpus' / 'dev'}",
+                        f"data.test=[{tmp_path / 'corpus' / 'news'}]", "data.vocab_size=300",
+                        f"train.max_epochs={epochs}", "train.eval_bleu=false",
+                        f"hydra.run.dir={run_dir}", f"paths.data_dir={cache}")
+    assert code == 0, log[-3000:]
+    workers = sorted(re.findall(WORKER_DIGESTS, log))
+    assert sorted(w[0] for w in workers) == ["0", "1"], log[-3000:]
+    (_, seen0, ids0, steps0, params0), (_, seen1, ids1, steps1, params1) = workers
+    assert params0 == params1, log[-3000:]         # identical parameters on both workers
+    assert ids0 != ids1 and steps0 == steps1       # different shards, the same updates
+    assert int(seen0) + int(seen1) == epochs * pairs  # together: every pair of each epoch once
+    prepared = list((cache / "prepared").iterdir())  # one prepared split, shared, none half-made
+    assert len(prepared) == 1 and (prepared[0] / "meta.json").is_file(), prepared
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["workers"] == 2 and set(report["scores"]) == {"news"}
+    assert report["tgt_lang"] == "xx"
+
+
+@pytest.mark.slow
 def test_a_worker_killed_mid_step_stops_the_job_which_resumes_to_the_same_parameters(
         cluster_run, tmp_path):
     """kill -9 of worker task 1 inside a step of the second epoch: the launcher stops the whole
