@@ -202,3 +202,16 @@ def test_evaluate_reads_a_files_split_as_training_read_it(corpus_dir):
     write_pairs(corpus_dir / "dev", "en", "de", dev, sentences(20, 2, "de"))
     _, val_src, val_tgt = read_split(SimpleNamespace(split="val", ckpt="run"), cfg)
     assert val_src == dev[1:] and val_tgt == sentences(20, 2, "de")[1:]
+
+
+def test_a_run_that_reuses_the_prepared_split_logs_what_the_filters_dropped(corpus_dir, caplog):
+    src, tgt = sentences(300, 1, "en"), sentences(300, 1, "de")
+    src[3], tgt[5] = "", " "
+    write_pairs(corpus_dir / "train", "en", "de", src, tgt)
+    load_corpus(files_config(corpus_dir), corpus_dir / "data", seed=0)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="mtx.data.prepare"):
+        load_corpus(files_config(corpus_dir), corpus_dir / "data", seed=0)  # a second run
+    assert "training split: prepared before" in caplog.text
+    assert ("300 pairs read, 298 kept (dropped: 2 empty, 0 too long, 0 length ratio)"
+            in caplog.text)

@@ -120,7 +120,13 @@ def prepared_training(cfg, file_pairs, digests, tokenizer, tokenizer_digest, dat
     folder = Path(data_dir) / "prepared" / key
     if not (folder / "meta.json").is_file():
         encode_training(cfg, file_pairs, tokenizer, folder)
-    return PreparedTraining(folder)
+        return PreparedTraining(folder)
+    prepared = PreparedTraining(folder)
+    meta = prepared.meta  # every run's log counts what the filters dropped, not the first's only
+    log.info("training split: prepared before (%s): %d pairs read, %d kept (dropped: %s)",
+             folder, meta["read"], meta["pairs"], ", ".join(
+                 f"{n} {reason.replace('_', ' ')}" for reason, n in meta["dropped"].items()))
+    return prepared
 
 
 class PreparedTraining:
