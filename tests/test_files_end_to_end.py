@@ -253,6 +253,14 @@ def _damage(corpus, kind):
         data[4] = b"\xc3\x28 a man"
         (corpus / "test.en").write_bytes(b"\n".join(data))
         return [], r"test\.en:5: not valid UTF-8; fix or remove that line"
+    if kind == "damaged gzip":
+        packed = gzip.compress((corpus / "train.en").read_bytes())
+        (corpus / "train.en").unlink()
+        (corpus / "train.en.gz").write_bytes(packed[:len(packed) // 2])  # cut short
+        return [], r"train\.en\.gz is a damaged gzip file \(.*\); re-download or re-compress it"
+    if kind == "UTF-16":
+        (corpus / "dev.xx").write_bytes((corpus / "dev.xx").read_text().encode("utf-16"))
+        return [], r"dev\.xx is UTF-16 text; convert it to UTF-8 first, e\.g\. iconv"
     if kind == "empty after the filters":
         return ["data.max_len=3"], (r"no training pair is left after the filters \(0 empty, 300 "
                                     r"too long, 0 length ratio of 300\): .*raise data\.max_len")
@@ -266,7 +274,8 @@ def _damage(corpus, kind):
 
 @pytest.mark.parametrize("kind", [
     "line counts differ", "line counts differ, gzipped", "missing file", "missing prefix",
-    "invalid UTF-8", "invalid UTF-8 in a test set", "empty after the filters", "no text at all",
+    "invalid UTF-8", "invalid UTF-8 in a test set", "damaged gzip", "UTF-16",
+    "empty after the filters", "no text at all",
     "no data.src_lang"])
 def test_each_kind_of_bad_file_is_one_line_and_exit_2_before_training(bad_corpus, kind):
     work = bad_corpus.parent
