@@ -24,6 +24,7 @@ def server(toy_run):
                            "limits.max_body_bytes=20000", "limits.max_attention_subwords=8")
     yield process.url
     assert process.stop() == 0, process.log[-5:]
+    assert not any("Traceback" in line for line in process.log), process.log[-20:]  # bad input
 
 
 def gates(off=()):

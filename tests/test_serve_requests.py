@@ -5,13 +5,17 @@ look like JSON, bodies in UTF-16 or UTF-32, a newline in a path that reaches the
 requests that other sites' pages make a browser send."""
 import json
 import os
+import re
 import threading
+from pathlib import Path
 
 import pytest
 
 import fastapi  # noqa: F401  the serve extra, which make install installs
 from servers import (closed_by_server, connect, exchange, get, post, start_server,  # noqa: E402
                      timed)
+
+from mtx.serving.routes import ROUTES
 
 HEAD_SECONDS = 3
 SENTENCE = {"text": ["w1 w2 w3"], "beam_size": 1, "length_penalty": 1.0}
@@ -174,3 +178,12 @@ def test_no_cross_origin_preflight_is_granted(server):
                                            b"Origin: http://evil.example\r\nAccess-Control-"
                                            b"Request-Method: POST\r\n\r\n")
     assert status == 405 and b"access-control-allow" not in head
+
+
+def test_the_docs_name_the_routes_of_the_code():
+    """docs/serving.md's API table lists the routes of mtx/serving/routes.py, no more, no fewer
+    (the one list the app, the 404 answer and the startup line take theirs from)."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text()
+    table = docs.split("## The API", 1)[1].split("\n\n", 2)[1]
+    documented = set(re.findall(r"^\| `(GET|POST) (/\S*?)`", table, flags=re.M))
+    assert documented == {(route.method, route.path) for route in ROUTES}
