@@ -4,11 +4,11 @@
 
 - Requests at once: at most ``limits.max_connections`` in the app (pipelined ones too: each is
   in the app from its head to its last byte written); more get 503 with Retry-After, as JSON.
-  The probes (`mtx.serving.routes`: GET /health, /ready) are always answered: they cost nothing
+  The probes (``Route.probe`` in `mtx.serving.routes`) are always answered: they cost nothing
   and an orchestrator must see a busy server as alive.
 - The model's work (the routes that take a body): refused with 503 and Retry-After before the
   body is read, parsed or tokenized when the queue is full, the server is stopping or the model
-  thread has died (`Service.refusal`).
+  thread has died or is stuck (`Service.refusal`).
 """
 from ..runs import faults
 from .answers import json_answer
