@@ -154,12 +154,12 @@ def serve(service, sock, shutdown_seconds, access):
                             timeout_keep_alive=limits.keepalive_seconds,
                             proxy_headers=bool(trusted), forwarded_allow_ips=trusted or None,
                             timeout_graceful_shutdown=shutdown_seconds)  # then `Server.shutdown`
-    # while uvicorn serves, both signals go to Server.handle_exit; around it they do nothing, so
-    # the ending is decided here: SIGTERM returns, Ctrl-C raises KeyboardInterrupt
-    # ("interrupted", exit 130, like every mtx command).
-    stop_signals = (signal.SIGTERM, signal.SIGINT)
-    previous = {sig: signal.signal(sig, lambda *_: None) for sig in stop_signals}
+    # both signals go to Server.handle_exit from here on (uvicorn installs it too while it
+    # serves), so none is lost before uvicorn starts; the ending is decided below: SIGTERM
+    # returns, Ctrl-C raises KeyboardInterrupt ("interrupted", exit 130, like every mtx command)
     server = Server(config, service, shutdown_seconds, guard)
+    previous = {sig: signal.signal(sig, server.handle_exit)
+                for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.run(sockets=[sock])
     finally:
