@@ -14,7 +14,7 @@ import numpy as onp
 import pytest
 
 import fastapi  # noqa: E402,F401  the serve extra, which make install installs: missing, these fail
-from servers import post, start_server  # noqa: E402
+from servers import post, request, start_server  # noqa: E402
 
 from mtx.heads import importance as heads  # noqa: E402
 
@@ -148,3 +148,32 @@ def test_the_page_translates_shows_every_head_and_switches_heads_off(page, study
         assert (tmp_path / shot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
     assert not errors, errors  # no script error, nothing blocked by the page's policy
+
+
+def test_the_page_signs_in_to_a_server_with_a_token_and_translates(toy_run, browser):
+    """The page's own requests pass the other-site checks (Origin, Sec-Fetch-Site) that a real
+    browser's carry: the sign-in through POST /login, the translation with its cookie, and the
+    sign-out (POST /logout), after which that cookie is refused."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    token = "t0ken-for-the-browser-0123456789"
+    process = start_server(toy_run, "decode=greedy", f"access.token={token}")
+    try:
+        browser.get(process.url + "/")
+        wait_for(browser, lambda d: d.find_element(By.ID, "login").is_displayed(), "sign-in")
+        browser.find_element(By.ID, "token").send_keys(token, Keys.ENTER)
+        wait_for(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute(
+            "data-state") == "ready", "the page to load /info and /heads once signed in")
+        browser.find_element(By.ID, "text").send_keys(SENTENCE, Keys.ENTER)
+        wait_for(browser, lambda d: settled(d, 0), "the translation")
+        assert browser.find_element(By.ID, "translation").text == "w4 w3 w2 w1"
+        cookie = browser.get_cookie("mtx_session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        session = {"Cookie": f"mtx_session={cookie['value']}"}
+        assert request(process.url, "GET", "/info", headers=session)[0] == 200
+        browser.find_element(By.ID, "logout").click()  # POST /logout: the session is revoked
+        wait_for(browser, lambda d: d.find_element(By.ID, "login").is_displayed(), "sign-in again")
+        assert browser.get_cookie("mtx_session") is None
+        assert request(process.url, "GET", "/info", headers=session)[0] == 401
+    finally:
+        assert process.stop() == 0, process.log[-5:]
