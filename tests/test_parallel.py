@@ -108,10 +108,12 @@ def _launch(tmp_path, *train_args, wrapper=(), env=None, timeout=240):
                             start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
-    finally:  # the launcher, its scheduler, server and workers are one process group
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    finally:  # the launcher, its scheduler, server and workers are one process group: what is
+        try:  # left of it (also workers a launcher that exited left behind, holding the output
+            os.killpg(proc.pid, signal.SIGKILL)  # open until the timeout) goes with it
+        except ProcessLookupError:
+            pass
+        proc.wait()
     return proc.returncode, out.decode(errors="replace")
 
 
