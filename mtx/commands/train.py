@@ -27,7 +27,8 @@ def train(cfg):
     run_dir = HydraConfig.get().runtime.output_dir
     report = training.train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir,
                             cfg.paths.data_dir, seed=cfg.seed, device=cfg.device,
-                            config_yaml=OmegaConf.to_yaml(cfg, resolve=True))
+                            config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+                            init_from=cfg.init_from)
     if report is None:  # a worker other than rank 0: rank 0 reports
         return None
     scored = {name: scores for name, scores in report["scores"].items() if "skipped" not in scores}

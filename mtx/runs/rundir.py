@@ -98,6 +98,13 @@ class RunDir:
             raise CheckpointError(f"{path} is damaged ({type(err).__name__}); restore it from a "
                                   f"copy of the run") from None
 
+    def started_from(self):
+        """Where a fine-tuning run started (run.json's ``init_from``: run and checkpoint), or
+        None."""
+        path = self.path / "run.json"
+        saved = read_json(path, CheckpointError, "run description") if path.is_file() else {}
+        return saved.get("init_from")
+
     def report(self):
         """report.json of a finished run (a damaged one: CheckpointError), or None."""
         path = self.path / "report.json"

@@ -99,7 +99,7 @@ def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_min
               "steps": fit.state.step, "epochs": fit.state.epoch, "final": final,
               "precision": fit.pieces.precision, "native_kernels": kernels.status(),
               "devices": [str(c) for c in fit.pieces.ctxs], "workers": fit.parallel.num_workers,
-              "scores": scores}
+              "init_from": run.started_from(), "scores": scores}
     run.write_json("report.json", report, RESUME_HINT)  # resuming redoes only this report
     (run.path / PARTIAL_REPORT).unlink(missing_ok=True)
     records = run.records.metrics()

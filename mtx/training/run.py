@@ -22,6 +22,7 @@ from ..runs.rundir import RunDir, run_identity
 from .build import build_pieces
 from .final import choose_final, final_report
 from .loop import Fit
+from .warm_start import check_model, load_weights, parent_run
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,12 @@ def quiet_log_files():
         handler.close()
 
 
-def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is_chief):
+def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is_chief,
+            parent=None):
     """The corpus, its `TrainingPairs` and the model config with its
-    vocabulary size. A resumed run uses its own tokenizer and is checked against the run
-    directory before anything in it is written."""
+    vocabulary size. A resumed run uses its own tokenizer, a new fine-tuning run its
+    ``parent``'s (`warm_start.Parent`); a resumed run is checked against the run directory
+    before anything in it is written."""
     # a run with no resume point yet starts again with the settings (and tokenizer) given now
     resuming = train_cfg.resume and bool(run.checkpoints.resume_points())
     started = is_chief and (run.path / "run.json").is_file()  # workers find the chief's
@@ -53,12 +56,18 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
         raise ConfigError(f"data.max_len={data_cfg.max_pair_len} is more than model.max_len="
                           f"{model_cfg.max_len}, the model's positions: lower data.max_len or "
                           f"raise model.max_len")
-    corpus = load_corpus(data_cfg, data_dir, seed, load_tokenizer(run.path) if resuming else None)
+    tokenizer = load_tokenizer(run.path) if resuming else parent and parent.tokenizer
+    corpus = load_corpus(data_cfg, data_dir, seed, tokenizer)
     # none left: a ConfigError, before the run directory is written
     train_pairs = TrainingPairs(corpus, data_cfg.max_pair_len, data_cfg.subword_dropout,
                                 data_cfg.subword_dropout_from)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
+    if parent is not None and not resuming:
+        check_model(parent, model_cfg)
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
+    started_from = parent.described() if parent else resuming and run.started_from()
+    if started_from:  # a resume without init_from= continues where the run started
+        identity["init_from"] = started_from
     if resuming:
         check_identity(run, identity)
         check_settings(run, config_yaml)
@@ -69,22 +78,23 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
 
 
 def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1, device="cpu",
-          config_yaml=None):
+          config_yaml=None, init_from=None):
     """Train, pick the final checkpoint, translate the test split; returns report.json's dict
     (None on workers other than rank 0, which only train). ``config_yaml``: the resolved config
-    to keep in the run directory."""
+    to keep in the run directory; ``init_from``: a run to start from (`warm_start`)."""
     run = RunDir(run_dir)
+    parent = parent_run(init_from, data_cfg) if init_from else None
     # a GPU that is not there, or has no kernels, is a config error before any work
     ctxs = [resolve_device(d) for d in (train_cfg.devices or [device])]
     parallel = DataParallel(ctxs, train_cfg.kvstore)
     # rank 0 is the run directory's one writer for the whole run (a second training is refused)
     with RunLock(run.path) if parallel.is_chief else contextlib.nullcontext():
         return _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data_dir,
-                      seed, config_yaml)
+                      seed, config_yaml, parent)
 
 
 def _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data_dir, seed,
-           config_yaml):
+           config_yaml, parent):
     """`train` on this process's devices ``ctxs``, holding the run directory when chief."""
     if not parallel.is_chief:
         quiet_log_files()
@@ -94,16 +104,18 @@ def _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data
         precision = choose_precision(train_cfg.precision, ctxs,
                                      run.recorded_precision() if train_cfg.resume else None)
         corpus, train_pairs, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, data_dir,
-                                                 seed, config_yaml, True)
+                                                 seed, config_yaml, True, parent)
         run.record_precision(precision)
     parallel.any(False)    # the others wait for it and load the cached subword model
     if not parallel.is_chief:
         corpus, train_pairs, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, data_dir,
-                                                 seed, config_yaml, False)
+                                                 seed, config_yaml, False, parent)
         precision = choose_precision(train_cfg.precision, ctxs, run.recorded_precision())
     pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore, precision)
     fit = Fit(pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed)
     restored = train_cfg.resume and fit.restore()
+    if parent is not None and not restored:
+        load_weights(parent, fit.model, ctxs)
     if train_cfg.resume and not restored:
         log.warning("train.resume=true but %s has no checkpoint yet: a new run starts there "
                     "(check hydra.run.dir if you meant to continue another)", run.path)
