@@ -50,6 +50,8 @@ def setup(cfg, out):
     ) if finetune.minutes else None
     to_remove = settings.heads_to_remove(model.cfg)
     corpus = load_corpus(data_cfg, cfg.data_dir, run_cfg.seed, tokenizer)
+    if settings.test_split is None:  # the run's first test set, else its validation split
+        settings = dataclasses.replace(settings, test_split=(corpus.test_names or ["val"])[0])
     for key in ("importance_split", "test_split"):
         if getattr(settings, key) not in corpus.text:
             raise ConfigError(f"{key}={getattr(settings, key)}: the run's corpus has the splits "

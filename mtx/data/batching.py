@@ -98,20 +98,23 @@ def prefetched(pairs, plan, depth=PREFETCH_BATCHES):
     thread ends when the batches are used up or the caller stops iterating."""
     ready, stop = queue.Queue(maxsize=depth), threading.Event()
 
+    def offer(item):
+        """Put ``item`` in the queue unless the caller stopped; False if it did."""
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def collate_all():
         try:
             for group in plan:
-                item = pairs.collate(group)
-                while not stop.is_set():
-                    try:
-                        ready.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer(pairs.collate(group)):
                     return
         except BaseException as err:  # raised again in the loop's thread
-            ready.put(err)
+            offer(err)
 
     worker = threading.Thread(target=collate_all, name="mtx-batches", daemon=True)
     worker.start()

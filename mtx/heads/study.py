@@ -57,7 +57,7 @@ class StudySettings:
     method: str = "order"
     target_heads: Optional[int] = setting(None, "a whole number of heads to keep, or null")
     importance_split: str = "val"
-    test_split: str = "test_2016_flickr"
+    test_split: Optional[str] = None  # None: the run's first test set (Multi30k's test_2016_flickr)
     max_sentences: Optional[int] = setting(
         None, "1 or more sentences, or null for the whole split", low=1)
     leave_one_out: bool = setting(True, "true or false")
