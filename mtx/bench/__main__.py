@@ -4,6 +4,7 @@
     mtx-bench decode --run RUN_DIR [--impl mtx,mtx-bf16,ct2-float32,ct2-int8] [--rounds 3]
     mtx-bench decode --run RUN_DIR,RUN_DIR[,...] [--impl mtx]   (runs against each other)
     mtx-bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5]
+    mtx-bench corpus [--pairs 2000000] [--small 29000] [--minutes 3] [--work DIR]
 
 Training: every implementation gets conf/model/small.yaml (--model, untied, the corpus's
 vocabulary, one dropout rate for attention too, as the peers take it), conf/data/multi30k_en_de.yaml
@@ -29,6 +30,7 @@ from . import rounds, tables
 from .inputs import DEFAULT_DATA, DEFAULT_MODEL
 from .measure import (DECODE_DEFAULT, DECODE_IMPLS, MTX_PRECISIONS, TRAIN_DEFAULT, TRAIN_IMPLS,
                       decode_runs, describe, measure, train_settings)
+from .corpus import measure_corpus
 from .serve import measure_serve
 
 log = logging.getLogger("mtx.bench")
@@ -119,13 +121,19 @@ OPTIONS = {
     "run": dict(help="a trained run directory (decode: several, comma-separated)"),
     "max-sentences": dict(type=number(int, 1), help="only the first N test sentences"),
     "clients": dict(default="1,4,16", help="concurrent clients, one row each"),
-    "beam": dict(type=number(int, 1), default=5)}
+    "beam": dict(type=number(int, 1), default=5),
+    "pairs": dict(type=number(int, 1), default=2_000_000, help="pairs of the large corpus"),
+    "small": dict(type=number(int, 1), default=29_000, help="its first lines: the small corpus"),
+    "minutes": dict(type=number(float, 0), default=3.0, help="training minutes of each start"),
+    "work": dict(default="outputs/bench-corpus", help="where the corpora and runs go")}
 COMMANDS = {"train": (run_measurement, "training throughput, MFU and paired ratios",
                       "impl model data seconds warmup-steps rounds"),
             "decode": (run_measurement, "a trained run translated by mtx and CTranslate2",
                        "run impl max-sentences rounds"),
             "serve": (measure_serve, "mtx-serve under concurrent clients (docs/serving.md)",
-                      "run clients seconds beam max-sentences")}
+                      "run clients seconds beam max-sentences"),
+            "corpus": (measure_corpus, "a large files corpus against a small one: memory, "
+                       "start-up, tokens/s (docs/performance.md)", "pairs small minutes work")}
 
 
 def main(argv=None):
@@ -142,7 +150,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     with one_line_errors():
-        if args.command != "train" and not args.run:
+        if args.command in ("decode", "serve") and not args.run:
             impl = f" --impl {args.impl}" if getattr(args, "impl", None) else ""
             raise ConfigError(f"{args.command}{impl} translates a trained run: give --run RUN_DIR")
         if args.out:  # an unwritable --out fails before the measurement, not after it
