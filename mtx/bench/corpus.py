@@ -10,6 +10,7 @@ its training tokens/s and the preparation's pairs/s.
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,9 +59,9 @@ def start(work, corpus, run_name, minutes):
                f"hydra.run.dir={run_dir}"]
     env = dict(os.environ, MTX_DATA_DIR=str(work / "data"))
     tic, ready = time.time(), None
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                               env=env, text=True)
-    for line in process.stderr:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=env, text=True)  # the log goes to either, by Hydra's config
+    for line in process.stdout:
         if ready is None and READY_LINE in line:
             ready = time.time() - tic
     _, status, usage = os.wait4(process.pid, 0)
@@ -85,6 +86,8 @@ def measure_corpus(args):
     """Both corpora, each started twice, one after the other (nothing else should run)."""
     work = Path(args.work).absolute()
     make_corpora(work, args.pairs, args.small)
+    for made in ("data", "runs"):  # a first start finds nothing prepared
+        shutil.rmtree(work / made, ignore_errors=True)
     rows = {}
     for corpus in ("small", "big"):
         for attempt in ("first", "second"):
