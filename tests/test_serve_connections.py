@@ -5,16 +5,15 @@ hang up at once, a burst of ordinary clients, a model thread that dies, and an o
 a token."""
 import json
 import os
-import socket
 import subprocess
 import threading
 import time
-from urllib.parse import urlparse
 
 import pytest
 
 import fastapi  # noqa: F401  the serve extra, which make install installs
-from servers import MTX_SERVE, TOY_DECODE, get, post, start_server  # noqa: E402
+from servers import (MTX_SERVE, TOY_DECODE, closed_by_server, connect, get, post,  # noqa: E402
+                     start_server)
 
 LIMIT = 8           # limits.max_connections of the server below
 HEAD_SECONDS = 3    # limits.head_seconds
@@ -30,25 +29,6 @@ def small(toy_run):
     assert process.stop() == 0, process.log[-5:]
 
 
-def _connect(url):
-    parts = urlparse(url)
-    sock = socket.create_connection((parts.hostname, parts.port), timeout=60)
-    return sock
-
-
-def _closed_by_server(sock, within):
-    """Whether the server closes ``sock`` (reads end) within ``within`` seconds."""
-    sock.settimeout(within)
-    try:
-        while sock.recv(65536):
-            pass
-        return True
-    except socket.timeout:
-        return False
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-
-
 def _timed(function, *args):
     start = time.monotonic()
     result = function(*args)
@@ -56,8 +36,8 @@ def _timed(function, *args):
 
 
 def test_idle_and_trickling_clients_beyond_the_limit_neither_lock_out_others_nor_stay(small):
-    idle = [_connect(small.url) for _ in range(3 * LIMIT)]  # send nothing at all
-    trickling = [_connect(small.url) for _ in range(LIMIT)]
+    idle = [connect(small.url) for _ in range(3 * LIMIT)]  # send nothing at all
+    trickling = [connect(small.url) for _ in range(LIMIT)]
     stop = threading.Event()
 
     def trickle():  # a header byte every half second: each byte would restart a keep-alive timer
@@ -80,7 +60,7 @@ def test_idle_and_trickling_clients_beyond_the_limit_neither_lock_out_others_nor
         # every idle and trickling connection is closed by the server (room for newcomers, or
         # its head deadline), well within a minute
         for sock in idle + trickling:
-            assert _closed_by_server(sock, HEAD_SECONDS + 10)
+            assert closed_by_server(sock, HEAD_SECONDS + 10)
     finally:
         stop.set()
         thread.join(10)
@@ -92,7 +72,7 @@ def test_requests_beyond_the_limit_get_json_503_with_retry_after_and_probes_stay
     slow = []
     try:
         for _ in range(LIMIT):  # in requests: headers in, their bodies never come
-            sock = _connect(small.url)
+            sock = connect(small.url)
             sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                          b"application/json\r\nContent-Length: 100\r\n\r\n{")
             slow.append(sock)
@@ -101,7 +81,7 @@ def test_requests_beyond_the_limit_get_json_503_with_retry_after_and_probes_stay
         assert status == 503 and "limits.max_connections" in data["error"], raw[:200]
         assert get(small.url, "/health")[0] == 200 and get(small.url, "/ready")[0] == 200
         for sock in slow:  # each gets its 408 when limits.body_seconds runs out
-            assert _closed_by_server(sock, 15)
+            assert closed_by_server(sock, 15)
         assert post(small.url, "/translate", SENTENCE)[0] == 200
     finally:
         for sock in slow:
@@ -109,13 +89,13 @@ def test_requests_beyond_the_limit_get_json_503_with_retry_after_and_probes_stay
 
 
 def test_the_refusal_carries_retry_after(small):
-    slow = [_connect(small.url) for _ in range(LIMIT)]
+    slow = [connect(small.url) for _ in range(LIMIT)]
     try:
         for sock in slow:
             sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                          b"application/json\r\nContent-Length: 100\r\n\r\n{")
         time.sleep(0.5)
-        sock = _connect(small.url)
+        sock = connect(small.url)
         body = json.dumps(SENTENCE).encode()
         sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                      b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -132,7 +112,7 @@ def test_clients_that_post_and_hang_up_leave_no_work_in_the_queue(small):
     heavy = json.dumps({"text": [" ".join(f"w{k % 20}" for k in range(40))] * 8,
                         "beam_size": 8}).encode()
     for _ in range(40):
-        sock = _connect(small.url)
+        sock = connect(small.url)
         sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                      b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(heavy), heavy))
         sock.close()  # gone before the answer
@@ -164,7 +144,7 @@ def test_a_burst_of_ordinary_clients_is_all_served(toy_run):
 
 
 def _answer_to(url, raw):
-    sock = _connect(url)
+    sock = connect(url)
     sock.sendall(raw)
     answer = b""
     while not answer.endswith(b"}"):

@@ -7,7 +7,8 @@ written, its manifest not yet), ``epoch_end`` (an epoch's checkpoints written, t
 the final checkpoint choice), ``final_translation`` (before translating each test set at the
 end), ``export_staged`` (a new export whole beside ``output=``, not yet in its place),
 ``export_replaced`` (in its place, the earlier export not yet deleted), ``model_round`` (each
-round of mtx-serve's model thread). Unset, a point costs one
+round of mtx-serve's model thread), ``queue_locked`` (mtx-serve's request queue, its lock held),
+``request`` (each request mtx-serve's app handles). Unset, a point costs one
 dictionary lookup."""
 import os
 import signal
