@@ -207,7 +207,7 @@ CASES = {
                                                 "out_dir={src}"],
                                    "out_dir={src} is a file; give a directory as out_dir="),
     "evaluate-toy-run-without-files": ("evaluate", [f"ckpt={RUN}"],
-                                       "was not trained on Multi30k: pass source= and reference="),
+                                       "was not trained on Multi30k or files: pass source= and reference="),
     "translate-attention-png-without-input": ("translate", [f"ckpt={RUN}",
                                                             "attention_png={tmp}/png"],
                                               "give input=FILE too"),
