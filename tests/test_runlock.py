@@ -110,7 +110,8 @@ def test_evaluate_heads_and_export_refuse_an_output_another_process_writes(toy_r
     finally:
         child.kill()
         child.wait()
-    errors = done.stderr.decode().strip().splitlines()
+    from tests.test_cli import is_log_line  # e.g. what device=auto chose, logged before
+    errors = [line for line in done.stderr.decode().strip().splitlines() if not is_log_line(line)]
     assert done.returncode == USER_ERROR and len(errors) == 1, errors
     assert f"is in use by process {child.pid}" in errors[0]
     assert not (tmp_path / "out").exists() or [p.name for p in (tmp_path / "out").iterdir()] == [
