@@ -24,6 +24,16 @@ def start_server(run_dir, *overrides, env=None):
     return ServerProcess([f"ckpt={run_dir}", TOY_DECODE, *overrides], argv=(MTX_SERVE,), env=env)
 
 
+def served(run_dir, *overrides, clean_log=True):
+    """A module fixture's server (`start_server`): yielded, then stopped with exit 0 and, with
+    ``clean_log``, no traceback in its log."""
+    process = start_server(run_dir, *overrides)
+    yield process
+    assert process.stop() == 0, process.log[-5:]
+    if clean_log:
+        assert not any("Traceback" in line for line in process.log), process.log[-20:]
+
+
 def request(url, method, path, body=None, headers=None, chunked=False, source=None):
     """One request on a new connection -> (status, parsed JSON or None, raw bytes). ``body``:
     bytes as they are, or an object sent as JSON; ``source``: the client's address (another

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import fastapi  # noqa: F401  the serve extra, which make install installs
-from servers import (closed_by_server, connect, exchange, get, post, start_server,  # noqa: E402
+from servers import (closed_by_server, connect, exchange, get, post, served, start_server,  # noqa: E402
                      timed)
 
 from mtx.serving.routes import ROUTES
@@ -25,18 +25,13 @@ QUICK = 2.0  # seconds: generous for a check linear in 64 KB (the quadratic one 
 
 @pytest.fixture(scope="module")
 def server(toy_run):
-    process = start_server(toy_run, f"limits.head_seconds={HEAD_SECONDS}",
-                           "limits.body_seconds=20")
-    yield process
-    assert process.stop() == 0, process.log[-5:]
-    assert not any("Traceback" in line for line in process.log), process.log[-20:]
+    yield from served(toy_run, f"limits.head_seconds={HEAD_SECONDS}", "limits.body_seconds=20")
 
 
 @pytest.fixture(scope="module")
 def guarded(toy_run):
-    process = start_server(toy_run, f"access.token={TOKEN}", "limits.body_seconds=20")
-    yield process
-    assert process.stop() == 0, process.log[-5:]
+    yield from served(toy_run, f"access.token={TOKEN}", "limits.body_seconds=20",
+                      clean_log=False)
 
 
 # bodies of at most limits.max_body_bytes (65,536) that made the old nesting check's regex

@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 import pytest
 
 import fastapi  # noqa: F401  the serve extra, which make install installs
-from servers import MTX_SERVE, TOY_DECODE, exchange, request, start_server  # noqa: E402
+from servers import MTX_SERVE, TOY_DECODE, exchange, request, served  # noqa: E402
 
 from mtx.errors import ConfigError
 from mtx.serving.access import Access
@@ -24,18 +24,14 @@ WRONG = {"Authorization": "Bearer wrong-token-for-the-tests-000"}
 
 @pytest.fixture(scope="module")
 def guarded(toy_run):
-    process = start_server(toy_run, f"access.token={TOKEN}")
-    yield process
-    assert process.stop() == 0, process.log[-5:]
-    assert not any("Traceback" in line for line in process.log), process.log[-20:]
+    yield from served(toy_run, f"access.token={TOKEN}")
 
 
 @pytest.fixture(scope="module")
 def proxied(toy_run):
     """Behind a proxy on this machine (127.0.0.1), which forwards each client's address."""
-    process = start_server(toy_run, f"access.token={TOKEN}", "access.trusted_proxies=[127.0.0.1]")
-    yield process
-    assert process.stop() == 0, process.log[-5:]
+    yield from served(toy_run, f"access.token={TOKEN}", "access.trusted_proxies=[127.0.0.1]",
+                      clean_log=False)
 
 
 def _login(url, headers, source=None):
