@@ -12,7 +12,7 @@ from ..files import atomic_write_json, atomic_write_text
 from ..data.corpus import read_held
 from ..data.lines import read_parallel
 from ..data.multi30k import TEST_SPLIT, load_split
-from ..data.sources import VALID, prefix_pair
+from ..data.sources import VALID, held_prefixes, prefix_pair
 from ..runs.rundir import require_run
 from ..runs.runlock import RunLock
 from ..decoding.ensemble import ensemble_runs, load_decoders
@@ -42,8 +42,8 @@ def read_split(cfg, data_cfg):
         split = cfg.split or TEST_SPLIT
         return (split, *load_split(split, data_cfg.src_lang, data_cfg.tgt_lang, cfg.raw_dir,
                                    cfg.data_dir))
-    prefixes = {VALID: data_cfg.valid, **{Path(p).name: p for p in data_cfg.test}}
-    split = cfg.split or ([Path(p).name for p in data_cfg.test] or [VALID])[0]
+    prefixes = held_prefixes(data_cfg)
+    split = cfg.split or ([name for name in prefixes if name != VALID] or [VALID])[0]
     if split not in prefixes:
         raise DataError(f"split={split}: {cfg.ckpt}'s corpus has {', '.join(prefixes)}; choose "
                         f"one, or pass source= and reference=")

@@ -45,17 +45,25 @@ def prefix_pair(prefix, cfg, key):
     return prefix_file(prefix, cfg.src_lang, key), prefix_file(prefix, cfg.tgt_lang, key)
 
 
-def files_corpus(cfg):
-    """`CorpusFiles` of data=files (`mtx.config.DataConfig.train`, ``valid``, ``test``)."""
-    train = [prefix_pair(prefix, cfg, "data.train") for prefix in cfg.train]
-    splits = {VALID: prefix_pair(cfg.valid, cfg, "data.valid")}
+def held_prefixes(cfg):
+    """{split name: prefix} of data=files' held splits: "val" (data.valid), then each test set
+    (data.test) under its prefix's last path component; DataError when two share a name."""
+    prefixes = {VALID: cfg.valid}
     for prefix in cfg.test or []:
         name = Path(prefix).name
-        if name in splits:
+        if name in prefixes:
             raise DataError(f"data.test: two sets are named {name} (a test set is named by its "
                             f"prefix's last path component, and {VALID} is the validation "
                             f"split's); rename one")
-        splits[name] = prefix_pair(prefix, cfg, "data.test")
+        prefixes[name] = prefix
+    return prefixes
+
+
+def files_corpus(cfg):
+    """`CorpusFiles` of data=files (`mtx.config.DataConfig.train`, ``valid``, ``test``)."""
+    train = [prefix_pair(prefix, cfg, "data.train") for prefix in cfg.train]
+    splits = {name: prefix_pair(prefix, cfg, "data.valid" if name == VALID else "data.test")
+              for name, prefix in held_prefixes(cfg).items()}
     return train, splits
 
 
