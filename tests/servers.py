@@ -69,6 +69,16 @@ def request(url, method, path, body=None, headers=None, chunked=False, source=No
     return response.status, data, raw
 
 
+def until(condition, within, every=0.05):
+    """Wait until ``condition()`` is true -> whether it was within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(every)
+    return False
+
+
 def post(url, path, body, **kwargs):
     return request(url, "POST", path, body, **kwargs)
 

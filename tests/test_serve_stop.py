@@ -8,7 +8,7 @@ import threading
 import time
 
 import fastapi  # noqa: F401  the serve extra, which make install installs
-from servers import connect, get, post, start_server  # noqa: E402
+from servers import connect, get, post, start_server, until  # noqa: E402
 
 SENTENCE = {"text": ["w1 w2 w3"], "beam_size": 1, "length_penalty": 1.0}
 # one part of a request (batching.max_batch_tokens=65536: parts of 8,192), a batch of several
@@ -30,16 +30,6 @@ def _in_thread(function, *args, **kwargs):
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, out
-
-
-def _until(condition, within):
-    """Wait until ``condition()`` is true (every 0.05 s) -> whether it was within ``within``."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_stop_signal_while_the_event_loop_holds_the_queue_s_lock_stops_the_server(toy_run):
@@ -70,9 +60,9 @@ def test_the_stop_takes_at_most_shutdown_seconds_and_answers_everything_in_fligh
     slow = connect(process.url)
     try:
         heavy = [_in_thread(post, process.url, "/translate", HEAVY) for _ in range(2)]
-        assert _until(lambda: get(process.url, "/health")[1]["running"] > 0, 60)
+        assert until(lambda: get(process.url, "/health")[1]["running"] > 0, 60)
         waiting = _in_thread(post, process.url, "/translate", SENTENCE)
-        assert _until(lambda: get(process.url, "/health")[1]["queued"] > 0, 30)
+        assert until(lambda: get(process.url, "/health")[1]["queued"] > 0, 30)
         slow.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                      b"application/json\r\nContent-Length: 100\r\n\r\n{")
         time.sleep(0.3)
@@ -93,21 +83,23 @@ def test_the_stop_takes_at_most_shutdown_seconds_and_answers_everything_in_fligh
 
 
 def test_a_model_thread_that_finishes_no_batch_in_time_fails_liveness(toy_run):
-    """limits.batch_seconds=1 and a batch of several seconds: while it runs /health answers 503
-    "failed" (a supervisor restarts the server), /ready 503 and new work is refused; once a
+    """limits.batch_seconds=1 and a model thread that stalls for 8 s on its first work
+    (MTX_KILL_AT=model_round:1:SLEEP8, whatever the host's speed): meanwhile /health answers
+    503 "failed" (a supervisor restarts the server), /ready 503 and new work is refused; once a
     batch finishes, liveness comes back."""
-    process = start_server(toy_run, "limits.batch_seconds=1", *LONG_BATCHES)
+    env = {**os.environ, "MTX_KILL_AT": "model_round:1:SLEEP8"}
+    process = start_server(toy_run, "limits.batch_seconds=1", env=env)
     try:
-        thread, out = _in_thread(post, process.url, "/translate", HEAVY)
-        assert _until(lambda: get(process.url, "/health")[0] == 503, 60)
+        thread, out = _in_thread(post, process.url, "/translate", SENTENCE)
+        assert until(lambda: get(process.url, "/health")[0] == 503, 7)
         status, health, _ = get(process.url, "/health")
         assert status == 503 and health["status"] == "failed", health
         assert "finished no batch" in health["reason"]
         assert get(process.url, "/ready")[0] == 503
         status, data, _ = post(process.url, "/translate", SENTENCE)
         assert status == 503 and "finished no batch" in data["error"]
-        thread.join(300)
-        assert out and out[0][0] == 200
+        thread.join(120)
+        assert out and out[0][0] == 200, out
         assert get(process.url, "/health")[0] == 200  # a batch finished: alive again
         assert post(process.url, "/translate", SENTENCE)[0] == 200
     finally:

@@ -1,6 +1,7 @@
 """Fault injection for the crash tests: ``MTX_KILL_AT=<point>:<n>[:<SIGNAL>]`` sends this
 process SIGKILL (or the signal named, e.g. SIGTERM; RAISE: raises `InjectedFault` in the thread
-instead) the n-th time it reaches `point(<point>)`.
+instead; SLEEP<seconds>, e.g. SLEEP8: the thread stalls that long) the n-th time it reaches
+`point(<point>)`.
 Points: ``step`` (after a training step is queued), ``checkpoint`` (a checkpoint's data files
 written, its manifest not yet), ``epoch_end`` (an epoch's checkpoints written, the resume point
 `latest` not yet), ``evaluation`` (inside an evaluation on val: at an epoch's end, then those of
@@ -12,6 +13,7 @@ round of mtx-serve's model thread), ``queue_locked`` (mtx-serve's request queue,
 dictionary lookup."""
 import os
 import signal
+import time
 
 _arrivals = {}
 
@@ -28,6 +30,9 @@ def point(name):
     if _arrivals[name] == int(count or 1):
         if signal_name == "RAISE":  # an error in the thread that reached the point
             raise InjectedFault(f"MTX_KILL_AT={target}")
+        if signal_name.startswith("SLEEP"):  # a thread that is alive but makes no progress
+            time.sleep(float(signal_name[len("SLEEP"):]))
+            return
         os.kill(os.getpid(), signal.Signals[signal_name or "SIGKILL"])
 
 
