@@ -12,7 +12,7 @@ from mxnet import np
 
 from ..data.batching import (MAX_TRANSLATION_HYPOTHESES, MAX_TRANSLATION_ROWS,
                              length_groups, source_batch)
-from ..data.lines import LineTranslator
+from .lines import LineTranslator
 from ..data.vocab import BOS, EOS, SPECIALS
 from .beam_step import NEG_INF, beam_step, candidates
 from .search_rules import gnmt_penalty, output_limits

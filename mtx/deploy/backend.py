@@ -26,7 +26,7 @@ import copy
 import logging
 import os
 
-from ..data.lines import LineTranslator
+from ..decoding.lines import LineTranslator
 from ..decoding.search_rules import gnmt_penalty, output_limits
 from ..data.vocab import EOS
 from . import require

@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional, Tuple
 
 from mxnet import np
 
-from ..data.lines import nbest_texts
+from ..decoding.lines import nbest_texts
 from ..decoding.search import Translator, attention_axes, attention_of
 from ..data.vocab import EOS
 
