@@ -18,6 +18,13 @@ SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy"
 INTERNAL_ERROR = ("internal error; this is a bug, please report it with the server's log")
 
 
+def error(status, message, headers=None):
+    """The app's JSON error answer, ``{"error": message}`` with ``status`` (a Starlette response;
+    the ASGI middleware before the app answers with `json_answer`)."""
+    from starlette.responses import JSONResponse  # the serve extra: imported only to answer
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
 def json_answer(status, message, headers=()):
     """An ASGI answer: ``{"error": message}`` (or ``message`` itself, a dict) with ``status``."""
     body = json.dumps(message if isinstance(message, dict) else {"error": message}).encode()

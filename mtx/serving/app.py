@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 from ..errors import MtxError
 from .access import AUTHORIZED, AccessCheck
 from .admission import Admission
-from .answers import Outermost, printable
+from .answers import Outermost, error, printable
 from .bodies import AttentionBody, RequestError, TranslateBody, validation_message
 from .intake import BodyCheck, parsed_body
 from .routes import ROUTES, listing
@@ -44,10 +44,6 @@ def page_policy(html):
     return (f"default-src 'self'; script-src {hashes}; "
             f"style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; "
             f"base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
-
-
-def error(status, message, headers=None):
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 async def client_gone(request):

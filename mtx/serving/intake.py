@@ -8,19 +8,15 @@ import json
 import re
 import time
 
-from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from .answers import error
 from .bodies import RequestError, validation_message
 from .headers import json_media_type, values
 from .routes import route_of
 
 PARSED = "mtx.json"  # scope key: a POST's body, parsed
 WAKE_SECONDS = 0.5   # a body being read looks at the shutdown deadline this often
-
-
-def error(status, message, headers=None):
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 class BodyCheck:
