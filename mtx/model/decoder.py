@@ -50,14 +50,11 @@ class DecoderBlock(HybridBlock):
         """head_gates None | (A, H) -> (output (B, T, D), self weights (B*H, T, T), cross
         weights (B*H, T, S))."""
         self_gate, cross_gate = self._gates(head_gates)
-        h = self.addnorm1.sublayer_input(Y)
-        out, self_weights = self.self_attention.attend(F, h, h, h, self_valid_len, self_gate)
-        Y = self.addnorm1(Y, out)
-        h = self.addnorm2.sublayer_input(Y)
-        out, cross_weights = self.cross_attention.attend(F, h, memory, memory, src_valid_len,
-                                                         cross_gate)
-        Y = self.addnorm2(Y, out)
-        return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), self_weights, cross_weights
+        Y, (self_weights,), cross_weights = self._sublayers(
+            Y, lambda h: self.self_attention.attend(F, h, h, h, self_valid_len, self_gate),
+            lambda h: self.cross_attention.attend(F, h, memory, memory, src_valid_len,
+                                                  cross_gate))
+        return Y, self_weights, cross_weights
 
     def step(self, F, y, self_cache, cross_cache, visible, src_valid_len, head_gates, beam_size):
         """One position of R = B*K hypotheses (rows b*K + k): y (R, 1, D) -> (R, 1, D), the
@@ -67,16 +64,27 @@ class DecoderBlock(HybridBlock):
         ``cross_cache``: the source's, (B*H, S, Dh) each: the K queries of a sentence attend to
         them as one (B, K, D) batch."""
         self_gate, cross_gate = self._gates(head_gates)
-        h = self.addnorm1.sublayer_input(y)
-        out, k_new, v_new = self.self_attention.attend_cached(F, h, *self_cache, visible,
-                                                              self_gate)
-        y = self.addnorm1(y, out)
-        h = ops.reshape(F, self.addnorm2.sublayer_input(y), (-1, beam_size, -2))  # (B, K, D)
-        out, cross_weights = self.cross_attention.attend(F, h, None, None, src_valid_len,
-                                                         cross_gate, kv_heads=cross_cache)
-        y = self.addnorm2(y, ops.reshape(F, out, (-1, 1, -2)))  # (B, K, D) -> (R, 1, D)
-        y = self.addnorm3(y, self.ffn(self.addnorm3.sublayer_input(y)))
+
+        def attend_source(h):  # (R, 1, D) -> (B, K, D) queries -> (R, 1, D)
+            out, weights = self.cross_attention.attend(
+                F, ops.reshape(F, h, (-1, beam_size, -2)), None, None, src_valid_len,
+                cross_gate, kv_heads=cross_cache)
+            return ops.reshape(F, out, (-1, 1, -2)), weights
+        y, (k_new, v_new), cross_weights = self._sublayers(
+            y, lambda h: self.self_attention.attend_cached(F, h, *self_cache, visible, self_gate),
+            attend_source)
         return y, (k_new, v_new), cross_weights
+
+    def _sublayers(self, Y, attend_self, attend_cross):
+        """The layer's three sublayers, the one block of training and of the cached step:
+        Y -> (output, what ``attend_self`` gave beside its output, what ``attend_cross`` gave
+        beside it). ``attend_self(h)``, ``attend_cross(h)``: a sublayer's input -> (its output,
+        ...)."""
+        out, *self_more = attend_self(self.addnorm1.sublayer_input(Y))
+        Y = self.addnorm1(Y, out)
+        out, cross_more = attend_cross(self.addnorm2.sublayer_input(Y))
+        Y = self.addnorm2(Y, out)
+        return self.addnorm3(Y, self.ffn(self.addnorm3.sublayer_input(Y))), self_more, cross_more
 
 
 @use_np
