@@ -125,11 +125,11 @@ def test_an_implementation_with_training_settings_is_paired_with_it_without(monk
 @pytest.mark.slow
 def test_training_settings_reach_the_measured_step(tmp_path, monkeypatch):
     """`mtx:rdrop_alpha=5` measures steps that run R-Drop."""
-    from mtx.training import steps
+    from mtx.training.regularisers import RDrop
     paired = []
-    rdrop_loss = steps.rdrop_loss
-    monkeypatch.setattr(steps, "rdrop_loss",
-                        lambda pieces, *a: paired.append(pieces.rdrop_fn.alpha) or rdrop_loss(pieces, *a))
+    rdrop_loss = RDrop.loss
+    monkeypatch.setattr(RDrop, "loss", lambda self, pieces, *a: paired.append(self.loss_fn.alpha)
+                        or rdrop_loss(self, pieces, *a))
     monkeypatch.setenv("MTX_DATA_DIR", str(tmp_path / "cache"))
     out = tmp_path / "train.json"
     main(["train", "--impl", "mtx:rdrop_alpha=5", "--model", "tiny", "--data", "toy",

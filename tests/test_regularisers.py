@@ -50,6 +50,10 @@ def _pieces(cfg, model=None, alpha=5.0):
                            rdrop_fn=rdrop_loss_fn(cfg.vocab_size, 0.1, alpha, mx.cpu()))
 
 
+def _rdrop(pieces, *device_batch):
+    return rdrop_loss(pieces.model, pieces.rdrop_fn, *device_batch)
+
+
 def test_rdrop_without_dropout_is_the_plain_loss_and_with_it_adds_a_positive_term(tiny_cfg):
     batch = _batch()
     src, src_len, tgt_in, tgt_out, tgt_len = (np.array(a) for a in (
@@ -57,7 +61,7 @@ def test_rdrop_without_dropout_is_the_plain_loss_and_with_it_adds_a_positive_ter
     pieces = _pieces(tiny_cfg)  # no dropout: both passes agree, the KL term is 0
     with autograd.record():
         plain, plain_nll = pieces.loss_fn(pieces.model(src, src_len, tgt_in), tgt_out, tgt_len)
-        paired, paired_nll = rdrop_loss(pieces, src, src_len, tgt_in, tgt_out, tgt_len)
+        paired, paired_nll = _rdrop(pieces, src, src_len, tgt_in, tgt_out, tgt_len)
     assert float(paired) == pytest.approx(float(plain), rel=1e-5)
     assert float(paired_nll) == pytest.approx(float(plain_nll), rel=1e-5)
     noisy_cfg = dataclasses.replace(tiny_cfg, dropout=0.3)
@@ -65,9 +69,9 @@ def test_rdrop_without_dropout_is_the_plain_loss_and_with_it_adds_a_positive_ter
     unweighted_fn = _pieces(noisy_cfg, weighted_fn.model, alpha=0.0)
     with autograd.record():  # training mode: each pass its own dropout
         mx.random.seed(3)
-        weighted, _ = rdrop_loss(weighted_fn, src, src_len, tgt_in, tgt_out, tgt_len)
+        weighted, _ = _rdrop(weighted_fn, src, src_len, tgt_in, tgt_out, tgt_len)
         mx.random.seed(3)
-        unweighted, _ = rdrop_loss(unweighted_fn, src, src_len, tgt_in, tgt_out, tgt_len)
+        unweighted, _ = _rdrop(unweighted_fn, src, src_len, tgt_in, tgt_out, tgt_len)
     assert math.isfinite(float(unweighted)) and float(weighted) > float(unweighted)
 
 

@@ -8,7 +8,8 @@ from typing import Dict, List, Optional
 import mxnet as mx
 from mxnet import gluon
 
-from .loss import LabelSmoothedCrossEntropy, RDropLoss, label_smoothed_loss, rdrop_loss_fn
+from .loss import LabelSmoothedCrossEntropy, label_smoothed_loss
+from .regularisers import regularisers_of
 from ..model.transformer import Transformer
 from .optimizer import DynamicLossScale
 from ..model.precision import set_precision
@@ -26,7 +27,7 @@ class Pieces:
     loss_scales: Optional[Dict] = None  # per device, with dynamic loss scaling
     precision: Optional[Dict] = None    # `choose_precision`'s choice: used, requested, reason
     ema: Optional[WeightAverage] = None  # with train.ema_decay > 0
-    rdrop_fn: Optional[RDropLoss] = None  # R-Drop's loss, with train.rdrop_alpha > 0
+    regularisers: List = dataclasses.field(default_factory=list)  # `regularisers_of`
 
 
 def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None):
@@ -53,7 +54,5 @@ def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None):
                    if train_cfg.dynamic_loss_scale else None)
     params = [p for p in model.collect_params().values() if p.grad_req != "null"]
     ema = WeightAverage(params, ctxs[0], train_cfg.ema_decay) if train_cfg.ema_decay else None
-    rdrop_fn = (rdrop_loss_fn(model_cfg.vocab_size, train_cfg.label_smoothing,
-                              train_cfg.rdrop_alpha, ctxs) if train_cfg.rdrop_alpha else None)
     return Pieces(model, loss_fn, trainer, params, list(ctxs), loss_scales, precision, ema,
-                  rdrop_fn)
+                  regularisers_of(model_cfg, train_cfg, ctxs))

@@ -1,10 +1,67 @@
-"""Regularisers of a training step beside dropout and label smoothing: word dropout on the inputs
-(`drop_words`) and R-Drop's consistency between two dropout passes (`rdrop_loss`)."""
+"""Regularisers of a training step beside dropout and label smoothing, behind one interface
+(`Regulariser`): word dropout on the inputs (`WordDropout`) and R-Drop's consistency between
+two dropout passes (`RDrop`). A new one is a subclass here, its setting in
+`mtx.config.TrainConfig` and a line in `regularisers_of`; the step (`mtx.training.steps`)
+needs nothing else."""
 import dataclasses
 
 import numpy as onp
 
 from ..data.vocab import EOS, UNK
+
+
+class Regulariser:
+    """What a training step asks of a regulariser; each method may be left as it is here."""
+
+    def active(self, budget_spent):
+        """Whether it acts on a step at ``budget_spent`` (the fraction of the budget spent)."""
+        return True
+
+    def inputs(self, batch, seed):
+        """The host `Batch` the step trains on instead of ``batch`` (``seed``: the step's and
+        the part's, so a resumed run draws the same)."""
+        return batch
+
+    def loss(self, pieces, src, src_len, tgt_in, tgt_out, tgt_len):
+        """(loss, nll) of the device batch instead of the plain forward pass and loss, or None."""
+        return None
+
+
+class WordDropout(Regulariser):
+    """train.word_dropout: source and decoder-input subwords replaced by <unk>."""
+
+    def __init__(self, probability):
+        self.probability = probability
+
+    def inputs(self, batch, seed):
+        return drop_words(batch, self.probability, seed)
+
+
+class RDrop(Regulariser):
+    """train.rdrop_alpha, from train.rdrop_from of the budget on: R-Drop's loss (`rdrop_loss`)
+    with ``loss_fn`` (`mtx.training.loss.RDropLoss`)."""
+
+    def __init__(self, start, loss_fn):
+        self.start, self.loss_fn = start, loss_fn
+
+    def active(self, budget_spent):
+        return budget_spent >= self.start
+
+    def loss(self, pieces, src, src_len, tgt_in, tgt_out, tgt_len):
+        return rdrop_loss(pieces.model, self.loss_fn, src, src_len, tgt_in, tgt_out, tgt_len)
+
+
+def regularisers_of(model_cfg, train_cfg, ctxs):
+    """The regularisers ``train_cfg`` turns on, their blocks on ``ctxs``; at most one of them
+    computes the loss (`Regulariser.loss`)."""
+    from .loss import rdrop_loss_fn
+    found = []
+    if train_cfg.word_dropout:
+        found.append(WordDropout(train_cfg.word_dropout))
+    if train_cfg.rdrop_alpha:
+        found.append(RDrop(train_cfg.rdrop_from, rdrop_loss_fn(
+            model_cfg.vocab_size, train_cfg.label_smoothing, train_cfg.rdrop_alpha, ctxs)))
+    return found
 
 
 def drop_words(batch, probability, seed):
@@ -20,11 +77,11 @@ def drop_words(batch, probability, seed):
     return dataclasses.replace(batch, **dropped)
 
 
-def rdrop_loss(pieces, src, src_len, tgt_in, tgt_out, tgt_len):
-    """R-Drop (Liang et al. 2021): the rows through the model twice in one call (the batch
+def rdrop_loss(model, loss_fn, src, src_len, tgt_in, tgt_out, tgt_len):
+    """R-Drop (Liang et al. 2021): the rows through ``model`` twice in one call (the batch
     stacked on itself, (2B, ...)), so each pass has its own dropout -> (loss, nll) of
-    ``pieces.rdrop_fn`` (`mtx.training.loss.RDropLoss`), summed over the valid target tokens."""
+    ``loss_fn`` (`mtx.training.loss.RDropLoss`), summed over the valid target tokens."""
     from mxnet import np
     twice = lambda x: np.concatenate([x, x], axis=0)  # noqa: E731
-    logits = pieces.model(twice(src), twice(src_len), twice(tgt_in))  # (2B, T, V)
-    return pieces.rdrop_fn(logits, twice(tgt_out), twice(tgt_len))
+    logits = model(twice(src), twice(src_len), twice(tgt_in))  # (2B, T, V)
+    return loss_fn(logits, twice(tgt_out), twice(tgt_len))
