@@ -258,7 +258,6 @@ def test_toy_run_decodes_the_same_with_ctranslate2(toy_run, tmp_path):
 
 
 def test_bad_export_outputs_and_backends_are_one_line(tmp_path, monkeypatch):
-    from omegaconf import OmegaConf
 
     from mtx.deploy import backend_of
     from mtx.deploy.export import _prepare_output
@@ -283,11 +282,11 @@ def test_bad_export_outputs_and_backends_are_one_line(tmp_path, monkeypatch):
         patch.chdir(empty)
         assert _prepare_output(".") == empty
     with pytest.raises(ConfigError, match="backend=foo: choose one of"):
-        backend_of(OmegaConf.create({"ckpt": str(other), "backend": "foo"}))
+        backend_of("foo", str(other))
     with pytest.raises(ConfigError, match="is a CTranslate2 export, which mtx's decoder does not"):
-        backend_of(OmegaConf.create({"ckpt": str(exported), "backend": "mtx"}))
-    assert backend_of(OmegaConf.create({"ckpt": str(exported)})) == "ctranslate2"
-    assert backend_of(OmegaConf.create({"ckpt": str(other)})) == "mtx"
+        backend_of("mtx", str(exported))
+    assert backend_of("auto", str(exported)) == "ctranslate2"
+    assert backend_of("auto", str(other)) == "mtx"
 
 
 @pytest.mark.parametrize("flags, cap, quantization, device, expected", [

@@ -70,7 +70,7 @@ def evaluate(cfg):
     # created in the run
     texts = read_files(cfg)
     run = require_run(cfg.ckpt)
-    runs = ensemble_runs(cfg)
+    runs = ensemble_runs(cfg.ckpt, cfg.ensemble)
     decode_cfg, ctx = decoding_options(cfg)
     run.locate_checkpoint(cfg.checkpoint)
     name, sources, references = texts or read_split(cfg, run.data_config())

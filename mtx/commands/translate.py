@@ -52,10 +52,10 @@ def check_attention_png(cfg):
     from ..deploy import backend_of
     if not cfg.input:
         raise ConfigError("attention_png= draws the first line of a file: give input=FILE too")
-    if backend_of(cfg) != "mtx":
+    if backend_of(cfg.backend, cfg.ckpt) != "mtx":
         raise ConfigError("attention_png= needs mtx's decoder: give the training run as ckpt= "
                           "(a CTranslate2 export has no attention weights to draw)")
-    if cfg.get("ensemble"):
+    if cfg.ensemble:
         raise ConfigError("attention_png= draws one model's attention: drop ensemble=")
     path = Path(cfg.attention_png)
     try:
@@ -94,14 +94,15 @@ def make_translator(cfg):
     """The translator of ``backend=`` (auto: CTranslate2 for an mtx-export directory, mtx's own
     decoder for a training run) -> (translator, DecodeConfig)."""
     from ..deploy import backend_of
-    if backend_of(cfg) == "ctranslate2":
-        if cfg.get("ensemble"):
+    if backend_of(cfg.backend, cfg.ckpt) == "ctranslate2":
+        if cfg.ensemble:
             raise ConfigError("ensemble= needs mtx's decoder: give training runs (backend=mtx)")
         from ..deploy.backend import translator_for
         decode_cfg = typed(cfg, "decode")
-        return translator_for(cfg, decode_cfg), decode_cfg
+        return translator_for(cfg.ckpt, cfg.checkpoint, cfg.device, decode_cfg), decode_cfg
     decode_cfg, ctx = decoding_options(cfg)
-    model, tokenizer, _ = load_decoders(ensemble_runs(cfg), ctx, cfg.checkpoint)
+    model, tokenizer, _ = load_decoders(ensemble_runs(cfg.ckpt, cfg.ensemble), ctx,
+                                        cfg.checkpoint)
     return Translator(model, tokenizer, decode_cfg, ctx), decode_cfg
 
 

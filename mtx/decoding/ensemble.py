@@ -51,11 +51,11 @@ class Ensemble:
             model.reorder_state(state, rows, sentences)
 
 
-def ensemble_runs(cfg):
-    """``ckpt=`` and the runs of ``ensemble=`` (a list of training run directories, or one),
-    each checked to be a training run, before any loads."""
+def ensemble_runs(ckpt, ensemble):
+    """``ckpt=`` and the runs of ``ensemble=`` (a list of training run directories, or one, or
+    None), each checked to be a training run, before any loads."""
     from ..runs.rundir import require_run
-    extra = cfg.get("ensemble") or []
+    extra = ensemble or []
     extra = [extra] if isinstance(extra, str) else list(extra)
     for run_dir in extra:
         if not isinstance(run_dir, str):
@@ -65,7 +65,7 @@ def ensemble_runs(cfg):
             require_run(run_dir)
         except MtxError as err:
             raise ConfigError(f"ensemble: {str(err).replace('ckpt=', '', 1)}") from None
-    return [cfg.ckpt, *extra]
+    return [ckpt, *extra]
 
 
 def load_decoders(run_dirs, ctx, which="auto"):

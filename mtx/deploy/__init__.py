@@ -31,14 +31,14 @@ def is_export(path):
     return (Path(path) / EXPORT_INFO).is_file()
 
 
-def backend_of(cfg):
-    """``backend=`` of a translate config resolved to 'mtx' or 'ctranslate2': auto (the default)
-    is CTranslate2 for an exported directory and mtx for a training run."""
-    backend, exported = cfg.get("backend", "auto"), is_export(cfg.ckpt)
+def backend_of(backend, ckpt):
+    """mtx-translate's ``backend=`` for ``ckpt=`` resolved to 'mtx' or 'ctranslate2': auto (the
+    default) is CTranslate2 for an exported directory and mtx for a training run."""
+    exported = is_export(ckpt)
     if backend not in BACKENDS:
         raise ConfigError(f"backend={backend}: choose one of {', '.join(BACKENDS)}")
     if backend == "mtx" and exported:
-        raise ConfigError(f"ckpt={cfg.ckpt} is a CTranslate2 export, which mtx's decoder does not "
+        raise ConfigError(f"ckpt={ckpt} is a CTranslate2 export, which mtx's decoder does not "
                           f"read: use backend=ctranslate2 (or auto), or give the training run")
     if backend == "auto":
         return "ctranslate2" if exported else "mtx"

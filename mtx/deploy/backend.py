@@ -153,23 +153,19 @@ class CTranslate2Translator(LineTranslator):
         return results
 
 
-def translator_for(cfg, decode_cfg):
-    """mtx-translate's CTranslate2 translator: ckpt= an exported directory, or a training run,
-    exported to float32 into a temporary directory first (CTranslate2 holds the model in memory
-    once loaded)."""
+def translator_for(ckpt, checkpoint, device, decode_cfg):
+    """mtx-translate's CTranslate2 translator on ``device``: ``ckpt`` an exported directory, or a
+    training run, whose checkpoint ``checkpoint`` is exported to float32 into a temporary
+    directory first (CTranslate2 holds the model in memory once loaded)."""
     import logging
     import tempfile
-    from ..errors import ConfigError
     from . import is_export
     from .export import export_run
-    if cfg.get("attention_png"):
-        raise ConfigError("attention_png= draws mtx's own attention weights: use backend=mtx with "
-                          "a training run")
     require()
-    if is_export(cfg.ckpt):
-        return CTranslate2Translator(cfg.ckpt, decode_cfg, cfg.device)
+    if is_export(ckpt):
+        return CTranslate2Translator(ckpt, decode_cfg, device)
     with tempfile.TemporaryDirectory(prefix="mtx-ct2-") as tmp:
         logging.getLogger("mtx").info("exporting %s to CTranslate2 (float32) for this "
-                                      "translation; mtx-export keeps one", cfg.ckpt)
-        export_run(cfg.ckpt, f"{tmp}/model", "float32", cfg.checkpoint)
-        return CTranslate2Translator(f"{tmp}/model", decode_cfg, cfg.device)
+                                      "translation; mtx-export keeps one", ckpt)
+        export_run(ckpt, f"{tmp}/model", "float32", checkpoint)
+        return CTranslate2Translator(f"{tmp}/model", decode_cfg, device)
