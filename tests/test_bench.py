@@ -45,8 +45,7 @@ def no_children(monkeypatch):
     (["serve", "--run", "r", "--seconds", "-1"], "--seconds: '-1' is not a number > 0"),
     (["serve", "--run", "r", "--clients", "1-16"], "--clients 1-16: give client counts"),
     (["train", "--impl", "mtx,mtx:rdrop_alpha=-1"],
-     "--impl mtx:rdrop_alpha=-1: train.clip_norm, train.weight_decay, train.epsilon and "
-     "train.rdrop_alpha must be >= 0"),
+     "--impl mtx:rdrop_alpha=-1: train.rdrop_alpha=-1: give > 0 (e.g. 5): R-Drop"),
     (["train", "--impl", "mtx:no_such_setting=1"],
      "--impl mtx:no_such_setting=1: no_such_setting is not a training setting"),
     (["train", "--impl", "mtx:rdrop_alpha"], "give settings as IMPL:KEY=VALUE"),

@@ -105,47 +105,52 @@ def test_typed_values_are_checked(cls, key, value, expected):
 
 
 @pytest.mark.parametrize("cls, values, expected", [
-    (TrainConfig, {"max_minutes": -5}, "train.max_minutes=-5: give minutes > 0, or null"),
-    (TrainConfig, {"max_epochs": 0}, "train.max_epochs=0 must be at least 1"),
-    (TrainConfig, {"patience": -1}, "train.patience=-1 must be at least 0"),
-    (TrainConfig, {"max_nonfinite_steps": 0}, "train.max_nonfinite_steps=0 must be at least 1"),
-    (TrainConfig, {"label_smoothing": 1.0}, "train.label_smoothing=1.0 must be in [0, 1)"),
-    (DataConfig, {"name": "toy", "min_len": 9, "max_toy_len": 4}, "1 <= min_len <= max_toy_len"),
-    (DataConfig, {"name": "toy", "sizes": [100, 10]}, "give three positive sizes"),
-    (DataConfig, {"name": "toy", "task": "sort"}, "data.task=sort: the toy task is one of copy, "),
-    (DataConfig, {"name": "wmt14"}, "data.name=wmt14: choose one of multi30k, files, toy "),
-    (DataConfig, {"vocab_size": 8}, "data.vocab_size=8 is too small (at least 16)"),
-    (ModelConfig, {"num_encoder_layers": 0}, "model.num_encoder_layers=0 must be at least 1"),
-    (ModelConfig, {"ffn_num_hiddens": 0}, "model.ffn_num_hiddens=0 must be at least 1"),
-    (ModelConfig, {"dropout": 1.0}, "model.dropout=1.0 must be in [0, 1)"),
+    (TrainConfig, {"max_minutes": -5}, "train.max_minutes=-5: give the wall-clock budget in "
+                                      "minutes, > 0"),
+    (TrainConfig, {"max_epochs": 0}, "train.max_epochs=0: give 1 or more epochs"),
+    (TrainConfig, {"patience": -1}, "train.patience=-1: give epochs without a better val BLEU"),
+    (TrainConfig, {"max_nonfinite_steps": 0}, "train.max_nonfinite_steps=0: give non-finite "),
+    (TrainConfig, {"label_smoothing": 1.0}, "train.label_smoothing=1.0: give a smoothing in "
+                                             "[0, 1)"),
+    (DataConfig, {"name": "toy", "min_len": 9, "max_toy_len": 4}, "need min_len <= max_toy_len"),
+    (DataConfig, {"name": "toy", "sizes": [100, 10]}, "three sizes, [train, val, test]"),
+    (DataConfig, {"name": "toy", "sizes": [100, 0, 10]}, "give three positive sizes"),
+    (DataConfig, {"name": "toy", "task": "sort"}, "data.task=sort: give the toy task, one of "
+                                                   "copy, "),
+    (DataConfig, {"name": "wmt14"}, "data.name=wmt14: give one of multi30k, files, toy "),
+    (DataConfig, {"vocab_size": 8}, "data.vocab_size=8: give the joint SentencePiece "
+                                     "vocabulary's size, at least 16"),
+    (ModelConfig, {"num_encoder_layers": 0}, "model.num_encoder_layers=0: give 1 or more layers"),
+    (ModelConfig, {"ffn_num_hiddens": 0}, "model.ffn_num_hiddens=0: give the inner width"),
+    (ModelConfig, {"dropout": 1.0}, "model.dropout=1.0: give the dropout on embeddings and "
+                                     "sublayer outputs, in [0, 1)"),
     (ModelConfig, {"heads_per_layer": [4, 4]}, "model.heads_per_layer has 2 entries; the model "
                                                "has 9 attention layers"),
     (TrainConfig, {"devices": []}, "train.devices=[] is empty"),
-    (TrainConfig, {"batch_tokens": 4}, "train.batch_tokens=4 is too small"),
-    (TrainConfig, {"log_every": 0}, "train.log_every must be >= 1"),
-    (TrainConfig, {"lr": 0, "warmup_steps": 800}, "train.lr=0, train.warmup_steps=800: give a "
-                                                  "learning rate > 0"),
-    (TrainConfig, {"lr": float("nan")}, "train.lr=nan: give a finite number"),
-    (TrainConfig, {"save_every_minutes": float("nan")}, "train.save_every_minutes=nan: give a"),
-    (TrainConfig, {"epsilon": -1e-9}, "train.epsilon and train.rdrop_alpha must be >= 0"),
-    (TrainConfig, {"warmup_steps": 0}, "train.warmup_steps=0: give a learning rate > 0 and 1 "
-                                       "or more warm-up steps"),
-    (TrainConfig, {"max_minutes": float("nan")}, "train.max_minutes=nan: give a finite number"),
-    (TrainConfig, {"max_minutes": float("inf")}, "train.max_minutes=inf: give a finite number"),
-    (TrainConfig, {"clip_norm": -1}, "train.clip_norm, train.weight_decay, train.epsilon and "
-                                     "train.rdrop_alpha must be >= 0"),
-    (DecodeConfig, {"beam_size": 0}, "decode.beam_size=0 must be at least 1"),
+    (TrainConfig, {"batch_tokens": 4}, "train.batch_tokens=4: give target-side padded tokens"),
+    (TrainConfig, {"log_every": 0}, "train.log_every=0: give steps between reads"),
+    (TrainConfig, {"lr": 0, "warmup_steps": 800}, "train.lr=0: give the peak learning rate, > 0"),
+    (TrainConfig, {"lr": float("nan")}, "train.lr=nan: give the peak learning rate, > 0"),
+    (TrainConfig, {"save_every_minutes": float("nan")}, "train.save_every_minutes=nan: give "
+                                                        "minutes between resume points"),
+    (TrainConfig, {"epsilon": -1e-09}, "train.epsilon=-1e-09: give Adam's epsilon"),
+    (TrainConfig, {"rdrop_alpha": -1}, "train.rdrop_alpha=-1: give > 0 (e.g. 5): R-Drop"),
+    (TrainConfig, {"warmup_steps": 0}, "train.warmup_steps=0: give linear warm-up steps"),
+    (TrainConfig, {"max_minutes": float("nan")}, "train.max_minutes=nan: give the wall-clock"),
+    (TrainConfig, {"max_minutes": float("inf")}, "train.max_minutes=inf: give the wall-clock"),
+    (TrainConfig, {"clip_norm": -1}, "train.clip_norm=-1: give the global gradient norm, >= 0"),
+    (DecodeConfig, {"beam_size": 0}, "decode.beam_size=0: give 1 or more hypotheses"),
     (DecodeConfig, {"beam_size": 2, "nbest": 3}, "decode.nbest=3 must be between 1 and "
                                                  "decode.beam_size"),
-    (DecodeConfig, {"max_len_a": 0, "max_len_b": 0}, "needs a, b >= 0 and one of them > 0"),
-    (DecodeConfig, {"max_len_b": -1}, "decode.max_len_b=-1: the output limit"),
-    (DecodeConfig, {"max_len_a": float("nan")}, "decode.max_len_a=nan, decode.max_len_b=10"),
-    (DecodeConfig, {"max_len_a": float("inf")}, "decode.max_len_a=inf, decode.max_len_b=10"),
-    (DecodeConfig, {"length_penalty": -0.5}, "decode.length_penalty=-0.5: give a number from 0 "
-                                             "(no penalty) to 10"),
+    (DecodeConfig, {"max_len_a": 0, "max_len_b": 0}, "needs one of them > 0"),
+    (DecodeConfig, {"max_len_b": -1}, "decode.max_len_b=-1: give b >= 0 of the output limit"),
+    (DecodeConfig, {"max_len_a": float("nan")}, "decode.max_len_a=nan: give a >= 0"),
+    (DecodeConfig, {"max_len_a": float("inf")}, "decode.max_len_a=inf: give a >= 0"),
+    (DecodeConfig, {"length_penalty": -0.5}, "decode.length_penalty=-0.5: give GNMT's alpha "
+                                             "(`gnmt_penalty`), from 0 (no penalty) to 10"),
     (DecodeConfig, {"length_penalty": float("nan")}, "decode.length_penalty=nan: give"),
-    (DecodeConfig, {"length_penalty": 10.5}, "decode.length_penalty=10.5: give a number from 0"),
-    (DecodeConfig, {"batch_tokens": 0}, "decode.batch_tokens=0: give 1 or more source subwords"),
+    (DecodeConfig, {"length_penalty": 10.5}, "decode.length_penalty=10.5: give GNMT's alpha"),
+    (DecodeConfig, {"batch_tokens": 0}, "decode.batch_tokens=0: give source subwords per batch"),
 ])
 def test_values_that_cannot_work_are_refused_before_any_work(cls, values, expected):
     section = {TrainConfig: "train", DataConfig: "data", ModelConfig: "model",
@@ -172,6 +177,8 @@ CASES = {
     "train-unknown-key": ("train", ["model.num_layer=6"], "unknown key model.num_layer"),
     "train-malformed-override": ("train", ["model.num_heads=["], "cannot parse the override"),
     "train-missing-config-option": ("train", ["model=huge"], "choose one of base, narrow, small, tiny"),
+    "serve-group-given-a-value": ("serve", ["ckpt=x", "limits=5"], "limits/5'; that is a group "
+                                                                  "of settings"),
     "train-no-gpu": ("train", ["device=gpu"], "device=gpu but MXNet sees 0 GPU(s)"),
     "train-unknown-device": ("train", ["device=tpu"], "device=tpu is not a device name"),
     "train-seed-not-an-integer": ("train", ["seed=1.5"], "seed=1.5: give an integer"),
@@ -325,7 +332,7 @@ def test_output_in_a_read_only_directory_is_one_line_exit_2(toy_run, files):
 @pytest.mark.parametrize("override, words", [
     ("checkpoint=bset", "has no checkpoint bset; choose checkpoint= one of"),
     ("checkpoint=average_last_99", "checkpoint=average_last_99: "),
-    ("decode.beam_size=0", "decode.beam_size=0 must be at least 1"),
+    ("decode.beam_size=0", "decode.beam_size=0: give 1 or more hypotheses"),
     ("device=gpu:7", "device=gpu:7 but MXNet sees")])
 def test_evaluate_refuses_bad_settings_before_writing_into_the_run(override, words,
                                                                     read_only_run, files):
@@ -370,8 +377,7 @@ def test_ctrl_c_while_translating_is_interrupted_exit_130(toy_run):
 
 
 def test_typed_reads_a_composed_section():
-    from hydra import compose, initialize_config_dir
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=["model.num_heads=abc"])
+    from mtx.commands.declared import compose
+    cfg = compose("train", ["model.num_heads=abc"])
     with pytest.raises(ConfigError, match="model.num_heads='abc'"):
         typed(cfg, "model")

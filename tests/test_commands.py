@@ -92,13 +92,11 @@ def test_data_directory_default_env_and_wheel(monkeypatch, tmp_path):
 
 
 def test_configs_resolve_the_data_directory(monkeypatch, tmp_path):
-    from hydra import compose, initialize_config_dir
+    from mtx.commands.declared import compose
     monkeypatch.setenv("MTX_DATA_DIR", str(tmp_path))
-    datadir.register_resolver()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        for name in ("evaluate", "heads", "download"):
-            assert compose(config_name=name).data_dir == str(tmp_path)
-        assert compose(config_name="train").paths.data_dir == str(tmp_path)
+    for name in ("evaluate", "heads", "download"):
+        assert compose(name).data_dir == str(tmp_path)
+    assert compose("train").paths.data_dir == str(tmp_path)
 
 
 def test_only_the_data_readme_is_committed():

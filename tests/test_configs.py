@@ -4,9 +4,9 @@ scripts turn bad overrides into one clear line."""
 import re
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from mtx.commands.declared import compose
 from mtx.commands.entry import typed
 from mtx.config import ConfigError, DecodeConfig, ModelConfig
 from mtx.hardware.devices import parse_device
@@ -16,8 +16,7 @@ CONF = ROOT / "conf"
 
 
 def _compose(primary, overrides=()):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name=primary, overrides=list(overrides), return_hydra_config=True)
+    return compose(primary, overrides)
 
 
 def _options(group):

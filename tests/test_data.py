@@ -1,5 +1,6 @@
 """Data: Multi30k verification and errors, parallel-file checks, bucketing, tokenizers."""
 import gzip
+import re
 import shutil
 from collections import Counter
 
@@ -304,21 +305,27 @@ def test_subword_dropout_of_a_large_corpus_goes_chunk_by_chunk(tmp_path, monkeyp
         corpus.train_pairs()[1])
 
 
-@pytest.mark.parametrize("settings", [{"subword_dropout": 1.0}, {"subword_dropout": -0.1},
-                                      {"subword_dropout": 0.1, "name": "toy"}])
-def test_subword_dropout_outside_its_range_or_on_the_toy_task_is_refused(settings):
+@pytest.mark.parametrize("settings, words", [
+    ({"subword_dropout": 1.0}, "data.subword_dropout=1.0: give BPE-dropout of the training split"),
+    ({"subword_dropout": -0.1}, "data.subword_dropout=-0.1: give BPE-dropout"),
+    ({"subword_dropout": 0.1, "name": "toy"}, "data.subword_dropout=0.1: BPE-dropout is for a "
+                                              "SentencePiece corpus (not toy)")])
+def test_subword_dropout_outside_its_range_or_on_the_toy_task_is_refused(settings, words):
     from mtx.config import DataConfig
-    with pytest.raises(ConfigError, match="data.subword_dropout=.*give a probability in"):
+    with pytest.raises(ConfigError, match=re.escape(words)):
         DataConfig(**settings)
 
 
-@pytest.mark.parametrize("settings", [{"subword_dropout_from": 0.5},
-                                      {"subword_dropout": 0.1, "subword_dropout_from": 1.0},
-                                      {"subword_dropout": 0.1, "subword_dropout_from": -0.5}])
-def test_subword_dropout_from_outside_the_budget_or_without_dropout_is_refused(settings):
+@pytest.mark.parametrize("settings, words", [
+    ({"subword_dropout_from": 0.5}, "data.subword_dropout_from=0.5: BPE-dropout starts late only "
+                                    "with data.subword_dropout > 0"),
+    ({"subword_dropout": 0.1, "subword_dropout_from": 1.0}, "data.subword_dropout_from=1.0: give "
+                                                            "the fraction of the budget in [0, 1)"),
+    ({"subword_dropout": 0.1, "subword_dropout_from": -0.5}, "data.subword_dropout_from=-0.5: "
+                                                             "give the fraction")])
+def test_subword_dropout_from_outside_the_budget_or_without_dropout_is_refused(settings, words):
     from mtx.config import DataConfig
-    with pytest.raises(ConfigError, match=r"data.subword_dropout_from=.*in \[0, 1\).*"
-                                          r"data.subword_dropout > 0"):
+    with pytest.raises(ConfigError, match=re.escape(words)):
         DataConfig(**settings)
 
 

@@ -9,11 +9,12 @@ from mxnet import np
 from mtx.heads import importance as heads
 from mtx.config import ModelConfig
 from mtx.data.corpus import load_corpus
-from mtx.heads.study import StudySettings, choose_pruning
+from mtx.heads.settings import StudySettings
+from mtx.heads.study import choose_pruning
 from mtx.runs.pictures import attention_pictures
 from mtx.runs.rundir import load_run
 from mtx.decoding.search import attention_of, beam_search
-from tests.conftest import ROOT, run_script
+from tests.conftest import run_script
 
 
 def greedy_search(model, src, src_len, head_gates=None):
@@ -266,31 +267,31 @@ def test_prune_fraction_becomes_heads_to_remove(method, fraction, removed):
         assert settings.heads_to_remove(model_cfg) == removed
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"timing_rounds": 1.5}, "timing_rounds=1.5: give 1 or more rounds"),
-    ({"max_sentences": None, "random_orders": True}, "random_orders=True: give 0 or more orders"),
-    ({"leave_one_out": "yes"}, "leave_one_out=yes: give true or false"),
-    ({"max_bleu_loss": float("nan")}, "max_bleu_loss=nan: give the val BLEU"),
-    ({"prune_fraction": 1.5}, "prune_fraction=1.5: give a fraction of the heads from 0 to 1"),
-    ({"finetune": {"lr": 0}}, "finetune.lr=0: give a learning rate > 0"),
-    ({"l0": {"anneal": 2}}, "l0.anneal=2: give the part of the budget"),
-    ({"method": "l0", "prune_fraction": 0.5, "l0": {"minutes": 0}},
+@pytest.mark.parametrize("overrides, message", [
+    (["timing_rounds=1.5"], "timing_rounds=1.5 has type float; expected int"),
+    (["random_orders=true"], "random_orders=True has type bool; expected int"),
+    (["leave_one_out=yes"], "leave_one_out='yes' has type str; expected bool"),
+    (["max_bleu_loss=nan"], "max_bleu_loss=nan: give the val BLEU"),
+    (["prune_fraction=1.5"], "prune_fraction=1.5: give the fraction of all heads to remove"),
+    (["finetune.lr=0"], "finetune.lr=0: give the peak learning rate"),
+    (["l0.anneal=2"], "l0.anneal=2: give the part of the budget"),
+    (["method=l0", "prune_fraction=0.5", "l0.minutes=0"],
      "l0.minutes=0, l0.max_steps=null: the gates need minutes > 0 or max_steps >= 1"),
-    ({"method": "l0"}, "method=l0 needs exactly one of target_heads="),
-    ({"method": "greedy"}, "method=greedy is not a pruning method"),
+    (["method=l0"], "method=l0 needs exactly one of target_heads="),
+    (["method=greedy"], "method=greedy: give order (the importance orders"),
 ])
-def test_bad_study_settings_name_the_key_and_what_to_give(values, message):
-    """conf/heads.yaml's study keys, as a command line would set them, before any work."""
-    from omegaconf import OmegaConf
+def test_bad_study_settings_name_the_key_and_what_to_give(overrides, message):
+    """conf/heads.yaml's study keys, as a command line sets them, before any work."""
+    from mtx.commands.declared import compose
+    from mtx.commands.heads import study_settings
     from mtx.errors import ConfigError
-    cfg = OmegaConf.load(ROOT / "conf" / "heads.yaml")
-    cfg.merge_with(values)
+    cfg = compose("heads", ["ckpt=x", *overrides])
     with pytest.raises(ConfigError) as raised:
-        StudySettings.from_config(cfg)
+        study_settings(cfg)
     assert str(raised.value).startswith(message)
 
 
 def test_the_study_settings_of_heads_yaml_are_the_dataclass_defaults():
-    from omegaconf import OmegaConf
-    heads_yaml = OmegaConf.load(ROOT / "conf" / "heads.yaml")
-    assert StudySettings.from_config(heads_yaml) == StudySettings()
+    from mtx.commands.declared import compose
+    from mtx.commands.heads import study_settings
+    assert study_settings(compose("heads", ["ckpt=x"])) == StudySettings()

@@ -167,7 +167,7 @@ def test_auto_is_the_hydra_default_and_a_valid_train_config():
     assert OmegaConf.load(ROOT / "conf" / "train" / "default.yaml").precision == "auto"
     assert TrainConfig(precision="auto").precision == "auto"
     assert not TrainConfig(precision="auto").dynamic_loss_scale
-    with pytest.raises(ConfigError, match="choose one of float32, bfloat16, float16, auto"):
+    with pytest.raises(ConfigError, match="give one of float32, bfloat16, float16, auto"):
         TrainConfig(precision="bf16")
 
 

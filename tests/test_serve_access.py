@@ -208,8 +208,8 @@ class _Engine:
 
 
 def _service(engine, **limits):
-    from mtx.serving.bodies import Limits
-    from mtx.serving.service import Batching, Service
+    from mtx.serving.service import Service
+    from mtx.serving.settings import Batching, Limits
     return Service(engine, Limits(**limits), Batching(max_wait_ms=0), info={}, study={})
 
 

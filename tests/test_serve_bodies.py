@@ -9,17 +9,16 @@ from types import SimpleNamespace
 import pytest
 
 import fastapi  # noqa: E402,F401  the serve extra, which make install installs: missing, these fail
-from omegaconf import OmegaConf  # noqa: E402
 from pydantic import ValidationError  # noqa: E402  (pydantic comes with FastAPI)
 
-from mtx.commands.serve import check_address, section  # noqa: E402
+from mtx.commands.serve import check_address  # noqa: E402
 from mtx.config import DecodeConfig, ModelConfig  # noqa: E402
 from mtx.errors import ConfigError  # noqa: E402
-from mtx.serving.bodies import (AttentionBody, Limits, RequestError, TranslateBody,  # noqa: E402
+from mtx.serving.bodies import (AttentionBody, RequestError, TranslateBody,  # noqa: E402
                                 check_decode_defaults, check_gates, check_work, sentence_ids,
                                 settings, validation_message)
 from mtx.serving.server import bind  # noqa: E402
-from mtx.serving.service import Batching  # noqa: E402
+from mtx.serving.settings import Limits  # noqa: E402
 from mtx.heads.files import head_study  # noqa: E402
 from mtx.data.vocab import WordTokenizer  # noqa: E402
 
@@ -216,15 +215,6 @@ def test_bad_addresses_are_refused(host, port, shutdown, words):
     check_address(SimpleNamespace(host="127.0.0.1", port=0, shutdown_seconds=0))  # all fine
 
 
-def test_a_group_of_settings_replaced_by_a_value_is_one_line():
-    for name, cls in (("limits", Limits), ("batching", Batching)):
-        with pytest.raises(ConfigError, match=re.escape(f"{name}=5: {name} is a group of "
-                                                        f"settings (conf/serve.yaml); set one")):
-            section(OmegaConf.create({name: 5}), name, cls)
-    assert section(OmegaConf.create({"limits": {"max_sentences": 2}}), "limits",
-                   Limits).max_sentences == 2
-
-
 def test_decode_defaults_a_request_could_not_ask_for_are_refused_at_start():
     """Else the server would start and refuse every request that gives no settings of its own
     (a length penalty above 10 is refused by DecodeConfig itself, for every command)."""
@@ -248,5 +238,6 @@ def test_the_sentence_limit_defaults_to_the_run_s_training_filter():
     assert Limits().for_run(128, 1023).max_sentence_subwords == 128
     assert Limits().for_run(2000, 1023).max_sentence_subwords == 1023  # at most the positions
     assert Limits(max_sentence_subwords=40).for_run(128, 1023).max_sentence_subwords == 40
-    with pytest.raises(ConfigError, match="limits.max_request_work=0 must be at least 1"):
+    with pytest.raises(ConfigError, match=re.escape("limits.max_request_work=0: give source "
+                                                    "subwords (with EOS)")):
         Limits(max_request_work=0)

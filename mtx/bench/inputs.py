@@ -19,14 +19,15 @@ TRAIN_BATCH_TOKENS = 4096          # padded tokens per training batch, for every
 
 
 def group_config(group, name, **changes):
-    """conf/<group>/<name>.yaml as its typed config, with ``changes``."""
+    """The preset conf/<group>/<name>.yaml as its typed config (composed as mtx-train composes
+    it), with ``changes``."""
+    from ..commands.declared import compose
     from ..commands.entry import typed
     path = CONF_DIR / group / f"{name}.yaml"
     if not path.is_file():
         choices = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
         raise ConfigError(f"--{group} {name}: there is no {path}; choose one of {choices}")
-    return dataclasses.replace(typed(OmegaConf.create({group: OmegaConf.load(path)}), group),
-                               **changes)
+    return dataclasses.replace(typed(compose("train", [f"{group}={name}"]), group), **changes)
 
 
 def decode_config(beam):

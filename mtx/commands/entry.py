@@ -12,20 +12,19 @@ cannot be written (train.log on a full disk) costs one warning, not a traceback 
 
 Only commands see a DictConfig: `typed` turns a section into its dataclass once, so an unknown
 key or a value of the wrong type fails before any work.
+Each setting is declared once, in its dataclass; Hydra composes conf/'s presets onto those
+declarations (`mtx.commands.declared`).
 """
 import logging
 import os
 import sys
 
-from ..config import CONF_DIR, ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from ..config import CONF_DIR, ConfigError
 from ..typecheck import from_dict
 from ..datadir import register_resolver
+from .declared import GROUPS, declare_settings
 from .exits import one_line_errors
 from .paths import refuse_null_paths
-
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
-            "decode": DecodeConfig}
-
 
 def run(main):
     """Call a ``@hydra.main`` function so that Hydra's own errors (bad overrides, unknown keys,
@@ -39,6 +38,7 @@ def hydra_command(config_name, command):
     command line's overrides, every error one line (module docstring); returns its result."""
     import hydra
     register_resolver()
+    declare_settings()
 
     @hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")
     def main(cfg):
@@ -79,7 +79,7 @@ def _stop_after_first_error(handler):
 
 
 def typed(cfg, section):
-    """A DictConfig section -> its dataclass (ModelConfig, DataConfig, ...)."""
+    """A DictConfig section -> its dataclass (ModelConfig, DataConfig, ..., Limits: `GROUPS`)."""
     from omegaconf import OmegaConf
     missing = [key for key in cfg[section] if OmegaConf.is_missing(cfg[section], key)]
     if missing:  # ??? in the YAML: the user's to give
@@ -88,7 +88,7 @@ def typed(cfg, section):
     values = OmegaConf.to_container(cfg[section], resolve=True)
     if section == "data" and values.get("raw_dir"):
         values["raw_dir"] = os.path.abspath(values["raw_dir"])
-    return from_dict(SECTIONS[section], values, section)
+    return from_dict(GROUPS[section], values, section)
 
 
 def decoding_options(cfg):

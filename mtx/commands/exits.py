@@ -91,7 +91,11 @@ def _config_message(err):
         return f"{key}= is required: {HELP.get(key, f'pass a value, {key}=...')}"
     if isinstance(err, MissingConfigException) and err.options:
         what = _one_line(str(err).split(os.linesep * 2)[0])  # before "Available options ..."
-        return f"{what}; choose one of {', '.join(err.options)}"
+        presets = [option for option in err.options if option != "declared"]
+        if presets:
+            return f"{what}; choose one of {', '.join(presets)}"
+        return (f"{what}: that is a group of settings (`mtx.commands.declared`); set one of "
+                f"them, group.key=value (--help lists them)")
     if isinstance(err, OverrideParseException):
         return f"cannot parse the override {err.override!r}: {_one_line(err.message)}"
     if isinstance(cause, (ConfigKeyError, AttributeError)) and getattr(cause, "full_key", None):

@@ -9,24 +9,35 @@ import logging
 from pathlib import Path
 from types import SimpleNamespace
 
+from omegaconf import OmegaConf
+
 from ..data.corpus import load_corpus
 from ..hardware.devices import use_numpy_interface
 from ..errors import CheckpointError, ConfigError
 from ..heads.stages import learned_gates, ordered_gates, prune_and_time, score_heads
-from ..heads.study import StudySettings
+from ..config import TrainConfig
+from ..heads.settings import StudySettings
+from ..typecheck import declared, from_dict
 from ..runs.rundir import RunDir
 from ..runs.runlock import RunLock
 from ..decoding.search import load_decoder
-from .entry import decoding_options, hydra_command, typed
+from .entry import decoding_options, hydra_command
 from .paths import writable_out_dir
 
 log = logging.getLogger(__name__)
 
 
+def study_settings(cfg):
+    """The study's keys of the composed heads config as `StudySettings`."""
+    keys = list(declared(StudySettings))
+    return from_dict(StudySettings, OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys),
+                                                           resolve=True))
+
+
 def setup(cfg, out):
     """The run, its corpus and every setting of the study, checked before any work; the
     study writes into ``out`` (held)."""
-    settings = StudySettings.from_config(cfg)
+    settings = study_settings(cfg)
     decode_cfg, ctx = decoding_options(cfg)
     run_dir = Path(cfg.ckpt)
     model, tokenizer, data_cfg = load_decoder(run_dir, ctx, cfg.checkpoint)
@@ -45,11 +56,11 @@ def setup(cfg, out):
         data_cfg = dataclasses.replace(data_cfg, raw_dir=cfg.raw_dir)
     finetune = settings.finetune
     finetune_cfg = dataclasses.replace(
-        typed(run_cfg, "train"), lr=finetune.lr, warmup_steps=finetune.warmup_steps,
-        max_minutes=finetune.minutes, resume=False, devices=None, kvstore="device"
-    ) if finetune.minutes else None
+        from_dict(TrainConfig, run_cfg["train"], "train"), lr=finetune.lr,
+        warmup_steps=finetune.warmup_steps, max_minutes=finetune.minutes, resume=False,
+        devices=None, kvstore="device") if finetune.minutes else None
     to_remove = settings.heads_to_remove(model.cfg)
-    corpus = load_corpus(data_cfg, cfg.data_dir, run_cfg.seed, tokenizer)
+    corpus = load_corpus(data_cfg, cfg.data_dir, run_cfg["seed"], tokenizer)
     if settings.test_split is None:  # the run's first test set, else its validation split
         settings = dataclasses.replace(settings, test_split=(corpus.test_names or ["val"])[0])
     for key in ("importance_split", "test_split"):
@@ -58,7 +69,7 @@ def setup(cfg, out):
                               f"{', '.join(corpus.text)}; choose one of them")
     return SimpleNamespace(settings=settings, ctx=ctx, run_dir=run_dir, checkpoint=cfg.checkpoint,
                            out=out, model=model, tokenizer=tokenizer, data_cfg=data_cfg,
-                           corpus=corpus, seed=run_cfg.seed, decode_cfg=decode_cfg,
+                           corpus=corpus, seed=run_cfg["seed"], decode_cfg=decode_cfg,
                            finetune_cfg=finetune_cfg, to_remove=to_remove)
 
 

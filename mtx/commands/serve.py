@@ -4,20 +4,16 @@ Ctrl-C; needs the ``serve`` extra (FastAPI, uvicorn)."""
 import logging
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
-from ..typecheck import from_dict, is_number, is_whole
+from ..typecheck import is_number, is_whole
 from ..hardware.devices import use_numpy_interface
 from ..errors import ConfigError
 from ..runs.rundir import RunDir
 from ..decoding.search import load_decoder
-from .entry import decoding_options, hydra_command
+from .entry import decoding_options, hydra_command, typed
 
 log = logging.getLogger("mtx.serve")
 DECODING_PRECISION = "float32"  # load_run builds the model in float32; serving computes in it
 MAX_SHUTDOWN_SECONDS = 3600
-SECTIONS = {"limits": "max_sentences", "batching": "max_wait_ms",  # groups of conf/serve.yaml
-            "access": "token"}
 
 
 def check_serving_installed():
@@ -41,16 +37,6 @@ def check_address(cfg):
                           f"{MAX_SHUTDOWN_SECONDS} seconds")
 
 
-def section(cfg, name, cls):
-    """conf/serve.yaml's group ``name`` (limits, batching) as dataclass ``cls``; an override
-    that replaced the whole group with a value is one line."""
-    values = cfg.get(name)
-    if not OmegaConf.is_dict(values):
-        raise ConfigError(f"{name}={values}: {name} is a group of settings (conf/serve.yaml); "
-                          f"set one of them, e.g. {name}.{SECTIONS[name]}=...")
-    return from_dict(cls, OmegaConf.to_container(values, resolve=True), name)
-
-
 def checkpoint_info(cfg):
     """/info's checkpoint: the run's folder name and the checkpoint's name (no path of the
     machine: the server's log has those)."""
@@ -66,16 +52,15 @@ def checkpoint_info(cfg):
 def serve(cfg):
     """Load the run ``cfg.ckpt``, warm it up, and serve it on ``cfg.host``:``cfg.port``."""
     check_serving_installed()
-    from ..serving.access import Access, check_bind
-    from ..serving.bodies import Limits, check_decode_defaults
+    from ..serving.access import check_bind
+    from ..serving.bodies import check_decode_defaults
     from ..serving.server import bind, serve as run_server
-    from ..serving.service import Batching, build_service
+    from ..serving.service import build_service
     check_address(cfg)
-    limits = section(cfg, "limits", Limits)
+    limits = typed(cfg, "limits")
     decode_cfg, ctx = decoding_options(cfg)
     check_decode_defaults(decode_cfg, limits)
-    batching = section(cfg, "batching", Batching)
-    access = section(cfg, "access", Access)
+    batching, access = typed(cfg, "batching"), typed(cfg, "access")
     check_bind(cfg.host, access)
     sock = bind(cfg.host, cfg.port)
     use_numpy_interface()

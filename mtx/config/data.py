@@ -1,7 +1,7 @@
 """The corpus's settings: `DataConfig` (Hydra group ``data``)."""
 import os
-from dataclasses import dataclass, field
-from typing import List, Optional, Union
+from dataclasses import dataclass
+from typing import ClassVar, Dict, List, Optional, Union
 
 from ..errors import ConfigError
 from ..typecheck import check_settings, setting
@@ -13,35 +13,55 @@ CORPORA = ("multi30k", "files", "toy")
 
 @dataclass(frozen=True)
 class DataConfig:
-    name: str = "multi30k"          # one of CORPORA
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    raw_dir: Optional[str] = None   # a local copy of Multi30k task1/raw; else MTX_MULTI30K_DIR; else download
-    vocab_size: int = 8000          # joint SentencePiece vocabulary
-    max_pair_len: int = field(default=128, metadata={"key": "max_len"})  # longer pairs: skipped
-    subword_dropout: float = 0.0    # BPE-dropout of the training split, resampled every epoch
-    subword_dropout_from: float = 0.0  # ... only in epochs from this fraction of the budget on
-    distilled_target: Optional[str] = None  # a teacher's translations of the training sources
-    distilled_with_references: bool = False  # train on them beside the references, not instead
-    lowercase_source: bool = False  # the source side lowercased everywhere (the target keeps its case)
+    """The corpus's settings; the defaults are Multi30k en->de (conf/data/)."""
+    # {old key: key} of settings renamed: runs and configs written before still load
+    # (`mtx.typecheck.renamed`)
+    RENAMED: ClassVar[Dict[str, str]] = {}
+    name: str = setting("multi30k", f"one of {', '.join(CORPORA)} (data=files for your own "
+                                    f"parallel files)", choices=CORPORA)
+    src_lang: str = setting("en", "the source language's code (it ends the file names)")
+    tgt_lang: str = setting("de", "the target language's code (it ends the file names)")
+    raw_dir: Optional[str] = setting(None, "a local copy of Multi30k's task1/raw, or null: "
+                                           "MTX_MULTI30K_DIR, else a download")
+    vocab_size: int = setting(8000, "the joint SentencePiece vocabulary's size, at least 16",
+                              low=16)
+    max_pair_len: int = setting(128, "the most subwords on either side of a training pair, 1 or "
+                                     "more (longer pairs are dropped and counted)", low=1,
+                                key="max_len")
+    subword_dropout: float = setting(0.0, "BPE-dropout of the training split, resampled every "
+                                          "epoch: a probability in [0, 1), e.g. 0.1",
+                                     low=0, below=1)
+    subword_dropout_from: float = setting(0.0, "the fraction of the budget in [0, 1) from which "
+                                               "BPE-dropout starts (e.g. 0.5: the second half)",
+                                          low=0, below=1)
+    distilled_target: Optional[str] = setting(None, "a teacher's translations of the training "
+                                                    "sources (sequence-level distillation), or "
+                                                    "null")
+    distilled_with_references: bool = setting(False, "true: train on the teacher's "
+                                                     "translations beside the references")
+    lowercase_source: bool = setting(False, "true: the source lowercased in training and in "
+                                            "every translator (the target keeps its case)")
     # data=files: file prefixes, each naming <prefix>.<lang> or <prefix>.<lang>.gz
-    train: Union[str, List[str], None] = None  # one prefix, or several (concatenated)
-    valid: Optional[str] = None
-    test: Union[str, List[str], None] = None   # test sets, each named by its last path component
+    train: Union[str, List[str], None] = setting(None, "data=files: a prefix, or a list of them "
+                                                       "(concatenated)")
+    valid: Optional[str] = setting(None, "data=files: a prefix (validation: the best checkpoint, "
+                                         "early stopping)")
+    test: Union[str, List[str], None] = setting(None, "data=files: prefixes of test sets, each "
+                                                      "scored under its last path component")
     max_length_ratio: float = setting(9.0, "the longest ratio of a training pair's subword "
                                       "lengths to keep, at least 1 (9, as Moses' cleaning)", low=1.0)
     vocab_sample: int = setting(1_000_000, "how many training lines (source and target) "
                                 "SentencePiece learns from, at least 1000", low=1000)
-    task: str = "reverse"           # the toy task's: one of TOY_TASKS
-    num_symbols: int = 20
-    min_len: int = 3
-    max_toy_len: int = 12
-    sizes: List[int] = field(default_factory=lambda: [4000, 200, 200])
+    task: str = setting("reverse", f"the toy task, one of {', '.join(TOY_TASKS)}",
+                        choices=TOY_TASKS)
+    num_symbols: int = setting(20, "the toy task's symbols, at least 2", low=2)
+    min_len: int = setting(3, "the toy task's shortest sequence, 1 or more", low=1)
+    max_toy_len: int = setting(12, "the toy task's longest sequence, at least data.min_len",
+                               low=1)
+    sizes: List[int] = setting([4000, 200, 200], "three positive sizes, [train, val, test]",
+                               low=1)
 
     def __post_init__(self):
-        if self.name not in CORPORA:
-            raise ConfigError(f"data.name={self.name}: choose one of {', '.join(CORPORA)} "
-                              f"(data=files for your own parallel files)")
         for key in ("train", "test"):  # one prefix given alone is a list of one
             if isinstance(getattr(self, key), str):
                 object.__setattr__(self, key, [getattr(self, key)])
@@ -55,36 +75,22 @@ class DataConfig:
         elif self.train or self.valid or self.test:
             raise ConfigError(f"data.train/valid/test are for data=files, not data.name="
                               f"{self.name}: add data=files to the command")
-        if self.vocab_size < 16:
-            raise ConfigError(f"data.vocab_size={self.vocab_size} is too small (at least 16)")
-        if self.max_pair_len < 1:
-            raise ConfigError(f"data.max_len={self.max_pair_len} must be at least 1")
-        if not 0.0 <= self.subword_dropout < 1.0 or (self.subword_dropout and self.name == "toy"):
-            raise ConfigError(f"data.subword_dropout={self.subword_dropout}: give a probability "
-                              f"in [0, 1) (0.1 is usual), for a SentencePiece corpus (not toy)")
-        if not 0.0 <= self.subword_dropout_from < 1.0 or (self.subword_dropout_from
-                                                           and not self.subword_dropout):
-            raise ConfigError(f"data.subword_dropout_from={self.subword_dropout_from}: give the "
-                              f"fraction of the budget in [0, 1) from which BPE-dropout starts "
-                              f"(e.g. 0.5: the second half), with data.subword_dropout > 0")
+        if self.subword_dropout and self.name == "toy":
+            raise ConfigError(f"data.subword_dropout={self.subword_dropout}: BPE-dropout is for "
+                              f"a SentencePiece corpus (not toy)")
+        if self.subword_dropout_from and not self.subword_dropout:
+            raise ConfigError(f"data.subword_dropout_from={self.subword_dropout_from}: BPE-"
+                              f"dropout starts late only with data.subword_dropout > 0")
         if self.lowercase_source and self.name == "toy":
             raise ConfigError("data.lowercase_source=true is for a corpus of files (Multi30k, "
                               "data=files); the toy task has no letter case")
         if self.distilled_target and self.name == "toy":
             raise ConfigError("data.distilled_target= is for a corpus of files (Multi30k, "
                               "data=files); the toy task has no training files to distil")
-        if self.name == "toy":
-            if self.task not in TOY_TASKS:
-                raise ConfigError(f"data.task={self.task}: the toy task is one of "
-                                  f"{', '.join(TOY_TASKS)}")
-            if self.num_symbols < 2 or not 1 <= self.min_len <= self.max_toy_len:
-                raise ConfigError(f"data.num_symbols={self.num_symbols}, data.min_len="
-                                  f"{self.min_len}, data.max_toy_len={self.max_toy_len}: need at "
-                                  f"least 2 symbols and 1 <= min_len <= max_toy_len")
-            if len(self.sizes) != 3 or min(self.sizes) < 1:
-                raise ConfigError(f"data.sizes={list(self.sizes)}: give three positive sizes, "
-                                  f"[train, val, test]")
-
+        if self.name == "toy" and (self.min_len > self.max_toy_len or len(self.sizes) != 3):
+            raise ConfigError(f"data.min_len={self.min_len}, data.max_toy_len={self.max_toy_len}"
+                              f", data.sizes={list(self.sizes)}: need min_len <= max_toy_len and "
+                              f"three sizes, [train, val, test]")
 
 def _absolute(prefixes):
     if isinstance(prefixes, str):

@@ -1,42 +1,41 @@
 """The search's settings: `DecodeConfig` (Hydra group ``decode``)."""
 import dataclasses
-import math
 from dataclasses import dataclass
+from typing import ClassVar, Dict
 
 from ..errors import ConfigError
+from ..typecheck import check_settings, setting
+
+
+# Above it ((5 + length) / 6) ** alpha leaves float32's range: long hypotheses all score alike.
+MAX_LENGTH_PENALTY = 10
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    beam_size: int = 5
-    length_penalty: float = 1.5     # GNMT alpha (`gnmt_penalty`), 0 to 10; chosen on val
-    max_len_a: float = 1.5          # max output length = a * source length + b (`output_limits`)
-    max_len_b: int = 10
-    nbest: int = 1
-    batch_tokens: int = 4096
+    """The search's settings; the defaults are beam search (conf/decode/beam.yaml)."""
+    # {old key: key} of settings renamed: runs and configs written before still load
+    # (`mtx.typecheck.renamed`)
+    RENAMED: ClassVar[Dict[str, str]] = {}
+    beam_size: int = setting(5, "1 or more hypotheses per sentence (1: greedy)", low=1)
+    length_penalty: float = setting(1.5, f"GNMT's alpha (`gnmt_penalty`), from 0 (no penalty) to "
+                                         f"{MAX_LENGTH_PENALTY}; 1.5 was chosen on val among 0.6, "
+                                         f"1.0, 1.5, 2.0 at beam 4, 5, 8 (docs/results.md)",
+                                    low=0, high=MAX_LENGTH_PENALTY)
+    max_len_a: float = setting(1.5, "a >= 0 of the output limit a * source length + b "
+                                    "(`output_limits`)", low=0)
+    max_len_b: int = setting(10, "b >= 0 of the output limit a * source length + b", low=0)
+    nbest: int = setting(1, "translations returned per sentence, 1 to decode.beam_size", low=1)
+    batch_tokens: int = setting(4096, "source subwords per batch, 1 or more", low=1)
 
     def greedy(self):
         """Greedy (beam 1, no length penalty, one output): validation's and the head study's."""
         return dataclasses.replace(self, beam_size=1, length_penalty=0.0, nbest=1)
 
     def __post_init__(self):
-        if self.beam_size < 1:
-            raise ConfigError(f"decode.beam_size={self.beam_size} must be at least 1")
-        if not 1 <= self.nbest <= self.beam_size:
+        check_settings(self, "decode.")
+        if self.nbest > self.beam_size:
             raise ConfigError(f"decode.nbest={self.nbest} must be between 1 and decode.beam_size")
-        if not (math.isfinite(self.length_penalty)
-                and 0 <= self.length_penalty <= MAX_LENGTH_PENALTY):
-            raise ConfigError(f"decode.length_penalty={self.length_penalty}: give a number from "
-                              f"0 (no penalty) to {MAX_LENGTH_PENALTY}; 1.5 is the default")
-        if self.batch_tokens < 1:
-            raise ConfigError(f"decode.batch_tokens={self.batch_tokens}: give 1 or more source "
-                              f"subwords per batch")
-        if (not math.isfinite(self.max_len_a) or self.max_len_a < 0 or self.max_len_b < 0
-                or self.max_len_a == self.max_len_b == 0):
-            raise ConfigError(f"decode.max_len_a={self.max_len_a}, decode.max_len_b="
-                              f"{self.max_len_b}: the output limit a * source length + b needs "
-                              f"a, b >= 0 and one of them > 0")
-
-
-# Above it ((5 + length) / 6) ** alpha leaves float32's range: long hypotheses all score alike.
-MAX_LENGTH_PENALTY = 10
+        if self.max_len_a == self.max_len_b == 0:
+            raise ConfigError("decode.max_len_a=0, decode.max_len_b=0: the output limit a * "
+                              "source length + b needs one of them > 0")

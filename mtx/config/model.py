@@ -1,40 +1,47 @@
 """The model's settings: `ModelConfig` (Hydra group ``model``)."""
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import ClassVar, Dict, List, Optional
 
 from ..errors import ConfigError
+from ..typecheck import check_settings, setting
 from ..topology import attention_layers
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    num_hiddens: int = 256          # D, the model width
-    num_heads: int = 4              # H; each head is D / H wide
-    ffn_num_hiddens: int = 1024     # inner width of the position-wise FFN
-    num_encoder_layers: int = 3
-    num_decoder_layers: int = 3
-    dropout: float = 0.1            # on embeddings and sublayer outputs
-    attention_dropout: float = 0.1  # on attention weights
-    tie_embeddings: bool = True     # one matrix for source, target and output (shared vocabulary)
-    pre_norm: bool = False          # LayerNorm before each sublayer instead of after
-    max_len: int = 1024             # longest sequence the positional table covers
-    vocab_size: int = 0             # taken from the data; 0 until it is known
-    heads_per_layer: Optional[List[int]] = None  # after pruning (`attention_layers`); None: H
+    """The default is the small model (conf/model/small.yaml: width 256, 4 heads, 3+3 layers, tied
+    embeddings; 7.6M parameters with an 8000-subword vocabulary)."""
+    # {old key: key} of settings renamed: runs and configs written before still load
+    # (`mtx.typecheck.renamed`)
+    RENAMED: ClassVar[Dict[str, str]] = {}
+    num_hiddens: int = setting(256, "the model width D, 1 or more (each head is D / H wide)",
+                               low=1)
+    num_heads: int = setting(4, "H, a head count that divides model.num_hiddens", low=1)
+    ffn_num_hiddens: int = setting(1024, "the inner width of the position-wise FFN, 1 or more",
+                                   low=1)
+    num_encoder_layers: int = setting(3, "1 or more layers", low=1)
+    num_decoder_layers: int = setting(3, "1 or more layers", low=1)
+    dropout: float = setting(0.2, "the dropout on embeddings and sublayer outputs, in [0, 1); "
+                                  "0.2: the best of 0.1, 0.2, 0.3 (docs/results.md)",
+                             low=0, below=1)
+    attention_dropout: float = setting(0.1, "the dropout on attention weights, in [0, 1)",
+                                       low=0, below=1)
+    tie_embeddings: bool = setting(True, "true: one matrix for the source, target and output "
+                                         "embeddings (a shared vocabulary)")
+    pre_norm: bool = setting(False, "true: LayerNorm before each sublayer instead of after")
+    max_len: int = setting(1024, "the positions the positional table covers, at least 2 (a "
+                                 "subword and the end of the sentence)", low=2)
+    vocab_size: int = setting(0, "0 (taken from the data)", low=0)
+    heads_per_layer: Optional[List[int]] = setting(
+        None, "null (H heads in every layer), or a pruned model's heads per attention layer",
+        low=1)
 
     def __post_init__(self):
-        if self.num_heads < 1 or self.num_hiddens % self.num_heads:
+        check_settings(self, "model.")
+        if self.num_hiddens % self.num_heads:
             raise ConfigError(f"model.num_hiddens={self.num_hiddens} is not divisible by "
                               f"model.num_heads={self.num_heads}; pick a head count that divides "
                               f"the width (each head is num_hiddens / num_heads wide)")
-        for key in ("num_hiddens", "ffn_num_hiddens", "num_encoder_layers", "num_decoder_layers"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"model.{key}={getattr(self, key)} must be at least 1")
-        for key in ("dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise ConfigError(f"model.{key}={getattr(self, key)} must be in [0, 1)")
-        if self.max_len < 2:  # a subword and the end-of-sentence mark
-            raise ConfigError(f"model.max_len={self.max_len}: give at least 2 positions (a "
-                              f"subword and the end of the sentence); the default is 1024")
         if self.heads_per_layer is not None and len(self.heads_per_layer) != self.num_attention_layers:
             raise ConfigError(f"model.heads_per_layer has {len(self.heads_per_layer)} entries; "
                               f"the model has {self.num_attention_layers} attention layers")

@@ -1,10 +1,9 @@
 """The training's settings: `TrainConfig` (Hydra group ``train``)."""
-import dataclasses
-import math
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import ClassVar, Dict, List, Optional
 
 from ..errors import ConfigError
+from ..typecheck import check_settings, setting
 
 
 KVSTORES = ("device", "local", "dist_sync", "dist_device_sync")
@@ -15,41 +14,65 @@ LOSS_SCALES = ("auto", "dynamic", "off")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_tokens: int = 1024        # padded tokens per batch (longer side)
-    lr: float = 1e-3                # peak learning rate
-    warmup_steps: int = 1600        # linear warm-up, then inverse square root decay
-    cooldown: float = 0.0           # the last fraction of the budget (max_minutes or max_epochs,
-                                    # the nearer): the lr falls linearly to 0; 0 = none
-    beta1: float = 0.9              # Adam's first-moment decay
-    beta2: float = 0.98
-    epsilon: float = 1e-9           # Adam's epsilon (outside the square root)
-    weight_decay: float = 0.0       # on weight matrices only
-    label_smoothing: float = 0.1
-    rdrop_alpha: float = 0.0        # > 0 (e.g. 5): R-Drop, two dropout passes and this times
-                                    # their symmetric KL (Liang et al. 2021); a step costs 2x
-    rdrop_from: float = 0.0         # R-Drop only after this fraction of the budget (0: all of it)
-    word_dropout: float = 0.0       # source and decoder-input subwords replaced by <unk> with
-                                    # this probability (never the targets of the loss)
-    clip_norm: float = 1.0          # global gradient norm; 0 disables
-    max_nonfinite_steps: int = 20   # non-finite losses in a row before training stops
-    max_epochs: int = 100
-    max_minutes: Optional[float] = None  # wall-clock budget for training; then evaluate and stop
-    patience: int = 0               # epochs without a better val BLEU before stopping; 0 = never
-    save_every_minutes: float = 5.0  # also checkpoint inside an epoch this often (resume point)
-    keep_last: int = 5              # epoch checkpoints kept
-    average_last: int = 5           # average this many last checkpoints at the end; 0/1 = off
-    ema_decay: float = 0.0          # > 0: validate, choose and translate a moving average
-    log_every: int = 50             # steps between reads from the device (and resume points)
-    eval_bleu: bool = True          # val BLEU (greedy) each epoch
-    hybridize: bool = True
-    resume: bool = False
-    devices: Optional[List[str]] = None  # this process's, e.g. [gpu:0,gpu:1]; None: `device`
-    kvstore: str = "device"         # what sums gradients: one of KVSTORES (README)
-    # Matrix products in float32, bfloat16 or float16 (GPUs only); the rest stays float32. auto
-    # (conf/train/default.yaml) times bfloat16 against float32 at start and keeps the faster
-    # (`mtx.training.precision.choose_precision`). float32 here: runs built in code measure nothing.
-    precision: str = "float32"
-    loss_scale: str = "auto"        # dynamic loss scaling: auto (float16 only) | dynamic | off
+    """The training's settings. conf/train/default.yaml, what mtx-train uses, differs in two:
+    a 60-minute budget and precision auto (a run built in code measures nothing and has no
+    clock)."""
+    # {old key: key} of settings renamed: runs and configs written before still load
+    # (`mtx.typecheck.renamed`)
+    RENAMED: ClassVar[Dict[str, str]] = {}
+    batch_tokens: int = setting(1024, "target-side padded tokens a step, 8 or more; 1024 gives "
+                                      "twice the updates of 2048, the better hour", low=8)
+    lr: float = setting(1e-3, "the peak learning rate, > 0", above=0)
+    warmup_steps: int = setting(1600, "linear warm-up steps, then inverse square root decay, 1 "
+                                      "or more", low=1)
+    cooldown: float = setting(0.0, "the last fraction of the budget (max_minutes or max_epochs, "
+                                   "the nearer) in which the lr falls linearly to 0, from 0 "
+                                   "(none) to 1, e.g. 0.2", low=0, high=1)
+    beta1: float = setting(0.9, "Adam's first-moment decay, in [0, 1)", low=0, below=1)
+    beta2: float = setting(0.98, "Adam's second-moment decay, in [0, 1)", low=0, below=1)
+    epsilon: float = setting(1e-9, "Adam's epsilon (outside the square root), >= 0", low=0)
+    weight_decay: float = setting(0.0, "the decay of weight matrices only, >= 0 (0: off)", low=0)
+    label_smoothing: float = setting(0.1, "a smoothing in [0, 1)", low=0, below=1)
+    rdrop_alpha: float = setting(0.0, "> 0 (e.g. 5): R-Drop, two dropout passes and this times "
+                                      "their symmetric KL (Liang et al. 2021), a step costs 2.5x; "
+                                      "0: off", low=0)
+    rdrop_from: float = setting(0.0, "R-Drop only after this fraction of the budget, in [0, 1) "
+                                     "(e.g. 0.5: the second half)", low=0, below=1)
+    word_dropout: float = setting(0.0, "the probability that a source or decoder-input subword "
+                                       "is replaced by <unk> (never a loss target), in [0, 1), "
+                                       "e.g. 0.1", low=0, below=1)
+    clip_norm: float = setting(1.0, "the global gradient norm, >= 0 (0: off)", low=0)
+    max_nonfinite_steps: int = setting(20, "non-finite losses in a row before training stops, "
+                                           "1 or more", low=1)
+    max_epochs: int = setting(100, "1 or more epochs", low=1)
+    max_minutes: Optional[float] = setting(None, "the wall-clock budget in minutes, > 0 (then "
+                                                 "evaluate and stop), or null for none (then "
+                                                 "train.max_epochs stops training)", above=0)
+    patience: int = setting(0, "epochs without a better val BLEU before stopping, 0 (never) or "
+                               "more", low=0)
+    save_every_minutes: float = setting(5.0, "minutes between resume points inside an epoch, "
+                                             ">= 0", low=0)
+    keep_last: int = setting(5, "epoch checkpoints kept, 0 or more", low=0)
+    average_last: int = setting(5, "the last checkpoints averaged at the end, 0 or more (0/1: "
+                                   "off)", low=0)
+    ema_decay: float = setting(0.0, "0 (off) or a decay in (0, 1), e.g. 0.999: validate, choose "
+                                    "and translate a moving average of the weights",
+                               low=0, below=1)
+    log_every: int = setting(50, "steps between reads from the device (and resume points), 1 or "
+                                 "more", low=1)
+    eval_bleu: bool = setting(True, "true: val BLEU (greedy) each epoch")
+    hybridize: bool = setting(True, "true: the model as one graph")
+    resume: bool = setting(False, "true: go on with the run in the output folder")
+    devices: Optional[List[str]] = setting(None, "this process's devices, e.g. [gpu:0,gpu:1], "
+                                                 "or null: the top-level device=")
+    kvstore: str = setting("device", f"what sums gradients, one of {', '.join(KVSTORES)} "
+                                     f"(README)", choices=KVSTORES)
+    # Matrix products in float32, bfloat16 or float16 (GPUs only); the rest stays float32.
+    precision: str = setting("float32", f"one of {', '.join(TRAIN_PRECISIONS)} (auto times "
+                                        f"bfloat16 against float32 at start and keeps the faster, "
+                                        f"`mtx.training.precision`)", choices=TRAIN_PRECISIONS)
+    loss_scale: str = setting("auto", f"dynamic loss scaling, one of {', '.join(LOSS_SCALES)} "
+                                      f"(auto: on for float16)", choices=LOSS_SCALES)
 
     @property
     def dynamic_loss_scale(self):
@@ -57,46 +80,6 @@ class TrainConfig:
                                                 and self.precision == "float16")
 
     def __post_init__(self):
-        for setting in dataclasses.fields(self):  # nan passes every comparison below
-            value = getattr(self, setting.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"train.{setting.name}={value}: give a finite number")
-        if self.precision not in TRAIN_PRECISIONS:
-            raise ConfigError(f"train.precision={self.precision}: choose one of "
-                              f"{', '.join(TRAIN_PRECISIONS)}")
-        if self.loss_scale not in LOSS_SCALES:
-            raise ConfigError(f"train.loss_scale={self.loss_scale}: choose one of "
-                              f"{', '.join(LOSS_SCALES)}")
-        if self.kvstore not in KVSTORES:
-            raise ConfigError(f"train.kvstore={self.kvstore}: choose one of {', '.join(KVSTORES)}")
+        check_settings(self, "train.")
         if self.devices is not None and not self.devices:
             raise ConfigError("train.devices=[] is empty: list at least one device, e.g. [cpu]")
-        if self.batch_tokens < 8:
-            raise ConfigError(f"train.batch_tokens={self.batch_tokens} is too small")
-        if self.log_every < 1 or self.save_every_minutes < 0:
-            raise ConfigError("train.log_every must be >= 1 and train.save_every_minutes >= 0")
-        if self.lr <= 0 or self.warmup_steps < 1:
-            raise ConfigError(f"train.lr={self.lr}, train.warmup_steps={self.warmup_steps}: "
-                              f"give a learning rate > 0 and 1 or more warm-up steps")
-        if not 0 <= self.cooldown <= 1:
-            raise ConfigError(f"train.cooldown={self.cooldown}: give the fraction of the budget "
-                              f"in which the learning rate falls to 0, from 0 (none) to 1, "
-                              f"e.g. 0.2")
-        if not 0 <= self.ema_decay < 1:
-            raise ConfigError(f"train.ema_decay={self.ema_decay}: 0 (off) or a decay in (0, 1), "
-                              f"e.g. 0.999")
-        if self.max_minutes is not None and self.max_minutes <= 0:
-            raise ConfigError(f"train.max_minutes={self.max_minutes}: give minutes > 0, or null "
-                              f"for no time limit (then train.max_epochs stops training)")
-        at_least = {"max_epochs": 1, "max_nonfinite_steps": 1, "keep_last": 0, "patience": 0,
-                    "average_last": 0}
-        for key, low in at_least.items():
-            if getattr(self, key) < low:
-                raise ConfigError(f"train.{key}={getattr(self, key)} must be at least {low}")
-        for key in ("label_smoothing", "beta1", "beta2", "rdrop_from", "word_dropout"):
-            if not 0 <= getattr(self, key) < 1:
-                raise ConfigError(f"train.{key}={getattr(self, key)} must be in [0, 1)")
-        if min(self.clip_norm, self.weight_decay, self.epsilon, self.rdrop_alpha) < 0:
-            raise ConfigError("train.clip_norm, train.weight_decay, train.epsilon and "
-                              "train.rdrop_alpha must be >= 0 (clip_norm, weight_decay or "
-                              "rdrop_alpha 0: off)")

@@ -4,20 +4,21 @@ manifests that make each checkpoint one unit.
 Files: ``params-<sha>.params``, ``states-<sha>.states`` and, with a moving average of the
 weights (train.ema_decay), ``ema-<sha>.params`` (never overwritten) and
 ``<name>.json``, a manifest naming the files of checkpoint ``<name>`` (latest, epoch_NNN, best,
-average) with their SHA-256, the model config digest and the training state. The
+average) with their SHA-256, the model config and the training state. The
 data files are written first and the manifest last, atomically: a crash or a full disk between
 two files leaves the previous manifest pointing at the previous files. Every file is verified
 against its manifest before it is loaded, so the optimizer state (a pickle) is never unpickled
 unverified. MXNet is imported only to load (`mtx.runs.rundir` serves processes without it).
 """
 import dataclasses
-import hashlib
 import json
 import os
 from pathlib import Path
 
 from . import faults
 from .resume import old_module_paths
+from ..typecheck import renamed
+from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..files import (
     atomic_write,
@@ -31,11 +32,6 @@ from ..files import (
 
 RESUME_HINT = "free some disk space and resume with train.resume=true"
 MANIFEST_FORMAT = 2  # what `save` writes; `verify` reads no other
-
-
-def config_digest(model_cfg):
-    text = json.dumps(dataclasses.asdict(model_cfg), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def old_format_error(path, what):
@@ -135,7 +131,7 @@ class CheckpointStore(CheckpointFolder):
         faults.point("checkpoint")
         manifest = dict(meta, format=MANIFEST_FORMAT, files=files, sha256=sha,
                         state=None if state is None else dataclasses.asdict(state),
-                        config=dataclasses.asdict(model.cfg), config_digest=config_digest(model.cfg))
+                        config=dataclasses.asdict(model.cfg))
         atomic_write_json(self.folder / f"{name}.json", manifest, RESUME_HINT)
         return manifest
 
@@ -153,7 +149,7 @@ class CheckpointStore(CheckpointFolder):
             raise old_format_error(path, "a checkpoint manifest of format 1 (beside its .params)")
         try:
             files, sha = _files_of(manifest, path), dict(manifest["sha256"])
-            digest = manifest["config_digest"]
+            written_for = renamed(ModelConfig, manifest["config"])
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -166,7 +162,7 @@ class CheckpointStore(CheckpointFolder):
             if sha256_of(file) != sha.get(kind):
                 raise CheckpointError(f"{file.name}: checksum mismatch with {path.name} "
                                       f"(truncated or corrupted file); use another checkpoint")
-        if digest != config_digest(model_cfg or self.model_config()):
+        if written_for != dataclasses.asdict(model_cfg or self.model_config()):
             raise CheckpointError(f"{path}: written for a different model config than "
                                   f"{self.folder.parent / 'model.json'}; do not mix runs")
         manifest["paths"] = files

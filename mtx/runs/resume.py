@@ -6,8 +6,10 @@ import importlib
 import sys
 from contextlib import contextmanager
 
+from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..files import read_json
+from ..typecheck import renamed
 
 # What a resumed run may change: how long it trains, how often it saves, where it runs (its
 # precision is the one it started with anyway). Any other train.* key, the seed and data.* (but
@@ -26,6 +28,8 @@ def check_identity(run, identity):
         raise CheckpointError(f"{run.path} has checkpoints but no run.json: not a run that "
                               f"this mtx-train started; use a new hydra.run.dir")
     saved = read_json(path, CheckpointError, "run description")
+    if isinstance(saved, dict) and isinstance(saved.get("model"), dict):  # a setting renamed
+        saved["model"] = renamed(ModelConfig, saved["model"])            # since: its new name
     differ = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
     if differ:
         keys = [f"model.{k}" for k in identity["model"]
@@ -43,7 +47,7 @@ def check_settings(run, resolved_config_yaml):
     from omegaconf import OmegaConf
     if resolved_config_yaml is None or not (run.path / "config.yaml").is_file():
         return
-    saved = OmegaConf.to_container(run.train_config(), resolve=True)
+    saved = run.train_config()
     now = OmegaConf.to_container(OmegaConf.create(resolved_config_yaml), resolve=True)
     differ = []
     if "seed" in saved and "seed" in now and saved["seed"] != now["seed"]:

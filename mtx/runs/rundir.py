@@ -86,14 +86,14 @@ class RunDir:
         return read_config(DataConfig, path, "data config") if path.is_file() else None
 
     def train_config(self):
-        """The resolved config the run was started with (an OmegaConf DictConfig)."""
+        """The resolved config the run was started with, as a dict ({"train": {...}, ...})."""
         from omegaconf import OmegaConf
         path = self.path / "config.yaml"
         if not path.is_file():
             raise CheckpointError(f"{self.path} has no config.yaml: is it a training run "
                                   f"directory?")
         try:
-            return OmegaConf.load(path)
+            return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
         except Exception as err:  # a YAML error of any kind: the file is damaged
             raise CheckpointError(f"{path} is damaged ({type(err).__name__}); restore it from a "
                                   f"copy of the run") from None

@@ -19,10 +19,11 @@
 """
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional
 
 from ..errors import ConfigError
+from ..typecheck import setting
 from .answers import json_answer
 from .headers import cross_site
 from .routes import route_of
@@ -36,12 +37,18 @@ AUTHORIZED = "mtx.authorized"  # scope key: the request carries the token (or no
 
 @dataclass(frozen=True)
 class Access:
-    """conf/serve.yaml ``access``."""
-    token: Optional[str] = None               # None: no token asked for
-    allowed_hosts: Optional[List[str]] = None  # None: loopback names and the listening address
-    open_without_token: bool = False          # serve beyond loopback without a token (say so)
-    trusted_proxies: List[str] = field(default_factory=list)  # addresses whose X-Forwarded-*
-                                              # headers are believed
+    """mtx-serve's ``access.*``."""
+    token: Optional[str] = setting(None, "a random token (or MTX_SERVE_TOKEN): every route but "
+                                         "/health and the page then needs it (Bearer; the page "
+                                         "logs in); null: none asked for", secret=True)
+    allowed_hosts: Optional[List[str]] = setting(None, "the Host headers answered, or null: the "
+                                                       "loopback names and host= (any for "
+                                                       "0.0.0.0)")
+    open_without_token: bool = setting(False, "true: serve beyond loopback without a token "
+                                              "(anyone who reaches it may use it)")
+    trusted_proxies: List[str] = setting([], "addresses (or networks) whose X-Forwarded-For/"
+                                             "-Proto are believed, e.g. [127.0.0.1] behind a "
+                                             "local proxy")
 
     def __post_init__(self):
         if self.token is not None and not re.fullmatch(r"[A-Za-z0-9._~+/=-]+", self.token):

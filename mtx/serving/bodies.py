@@ -7,7 +7,6 @@ and one line naming the field and what it should be. Nothing in a request names 
 """
 import dataclasses
 import math
-from dataclasses import dataclass
 from typing import List, Optional
 
 from pydantic import BaseModel, ConfigDict
@@ -26,54 +25,6 @@ class RequestError(ValueError):
     def __init__(self, message, status=422, headers=None):
         super().__init__(message)
         self.status, self.headers = status, headers
-
-
-@dataclass(frozen=True)
-class Limits:
-    """conf/serve.yaml ``limits``: what one request may ask for, and what the server holds.
-    Work is counted as source subwords (each sentence's with its EOS) times the beam: what a
-    request costs the model."""
-    max_sentences: int = 64      # sentences in one /translate request
-    max_body_bytes: int = 65536  # request body
-    max_beam_size: int = 16
-    max_queue: int = 256         # requests waiting for the model; more are refused (503)
-    max_attention_subwords: int = 128  # a /attention sentence: its weights grow with its square
-    max_attention_bytes: int = 8_000_000  # a /attention answer at most (`attention_bytes`)
-    max_sentence_subwords: Optional[int] = None  # None: the run's data.max_len (`for_run`)
-    max_request_work: int = 8192  # source subwords x beam in one request
-    max_connections: int = 128   # open connections (the longest idle closed for a newcomer),
-                                 # and requests at once (more: 503; /health and /ready always)
-    head_seconds: float = 10.0   # a request line and headers must arrive within this (from the
-                                 # connection's start or its last answer), however they trickle
-    keepalive_seconds: float = 5.0  # an idle connection after an answer is closed after this
-    max_header_bytes: int = 16384   # request line and headers; more: 400
-    body_seconds: float = 10.0   # a request body must arrive within this many seconds
-    request_seconds: float = 30.0  # a request's answer: past this, 504 and its work is dropped
-    write_seconds: float = 10.0  # a client must take its answer's bytes: a full send buffer
-                                 # for this long, or unsent bytes this long after closing: dropped
-    batch_seconds: float = 120.0  # a model thread that finishes no batch for this long while
-                                  # it has work fails /ready and /health (a supervisor restarts it)
-    max_queue_work: int = 65536  # work waiting for the model; more is refused (503)
-    client_share: float = 0.5    # of the queue's requests and work, one client address at most
-
-    def __post_init__(self):
-        if not (isinstance(self.client_share, (int, float)) and 0 < self.client_share <= 1):
-            raise ConfigError(f"limits.client_share={self.client_share}: give a fraction of the "
-                              f"queue above 0, at most 1 (1: no per-client limit)")
-        for key, value in vars(self).items():
-            if key == "client_share":
-                continue
-            if key.endswith("_seconds"):
-                if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                    raise ConfigError(f"limits.{key}={value}: give a number of seconds above 0")
-            elif value is not None and not value >= 1:
-                raise ConfigError(f"limits.{key}={value} must be at least 1")
-
-    def for_run(self, data_max_len, max_src_len):
-        """These limits with ``max_sentence_subwords`` resolved: the run's training filter
-        (data.max_len), at most the model's positions."""
-        most = self.max_sentence_subwords or data_max_len
-        return dataclasses.replace(self, max_sentence_subwords=min(most, max_src_len))
 
 
 def request_work(ids, beam_size):

@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
 
 from ..hardware.devices import use_numpy_interface
 from ..errors import ConfigError
@@ -27,31 +26,11 @@ ANSWER_MARGIN = 0.5  # at a stop, what still waits is answered (503) this long b
 HIDDEN_STATS = ("running_since", "progress_at", "idle")  # not among /health's counters
 
 
-@dataclass(frozen=True)
-class Batching:
-    """conf/serve.yaml ``batching``: how long the model thread waits for requests to join a
-    batch, and how much work (source subwords x beam) a batch takes at most."""
-    max_wait_ms: float = 5.0
-    max_batch_tokens: int = 8192
-
-    def __post_init__(self):
-        if not 0 <= self.max_wait_ms <= 1000:
-            raise ConfigError(f"batching.max_wait_ms={self.max_wait_ms}: give 0 to 1000")
-        if self.max_batch_tokens < 1:
-            raise ConfigError(f"batching.max_batch_tokens={self.max_batch_tokens}: give 1 or more")
-
-    @property
-    def part_tokens(self):
-        """The work of one part of a request: an eighth of a batch, so a few heavy requests
-        leave room for others in every batch (`mtx.serving.batcher`)."""
-        return max(1, self.max_batch_tokens // 8)
-
-
 class Service:
     """One loaded run served: ``engine`` (the model), the queue of its jobs and the thread that
     owns it, the limits."""
 
-    def __init__(self, engine: Engine, limits, batching: Batching, info, study):
+    def __init__(self, engine: Engine, limits, batching, info, study):
         self.engine, self.limits, self.info, self.study = engine, limits, info, study
         self.batching = batching
         self.jobs = JobQueue(limits.max_queue, limits.max_queue_work, limits.client_share)

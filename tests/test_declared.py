@@ -1,0 +1,177 @@
+"""Each setting declared once (`mtx.commands.declared`): every declared setting is a key of the
+composed configs that the command line sets, conf/ holds presets that differ from what they
+extend and nothing else, and the commands' help lists the declarations."""
+import dataclasses
+import secrets
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from mtx.commands.declared import GROUPS, ROOTS, compose
+from mtx.commands.entry import typed
+from mtx.commands.heads import study_settings
+from mtx.typecheck import declared, key_of
+from tests.conftest import ROOT, run_command
+
+CONF = ROOT / "conf"
+COMMAND_OF = {"limits": "serve", "access": "serve", "batching": "serve"}  # else train
+# values a setting only takes beside others (its bounds are checked against them)
+WITH = {"data.train": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.valid=v"],
+        "data.valid": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.train=t"],
+        "data.test": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.train=t",
+                      "data.valid=v"],
+        "data.subword_dropout_from": ["data.subword_dropout=0.1"],
+        "data.name": ["data.src_lang=en", "data.tgt_lang=xx", "data.train=t", "data.valid=v"],
+        "target_heads": ["method=l0"], "method": ["prune_fraction=0.5"]}
+EXAMPLE = {"model.heads_per_layer": [2] * 9, "access.token": secrets.token_urlsafe(),
+           "train.devices": ["cpu:0"], "access.allowed_hosts": ["example.org"],
+           "access.trusted_proxies": ["10.0.0.0/8"], "data.name": "files", "target_heads": 9}
+
+
+def _another_value(f, default):
+    """A value of setting ``f`` other than its default that its declaration allows."""
+    meta = f.metadata
+    if meta.get("choices"):
+        return next(choice for choice in meta["choices"] if choice != default)
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, list):
+        return [item * 2 for item in default] if default else ["x"]
+    if isinstance(default, str):
+        return default + "x"
+    top = meta.get("below") if meta.get("below") is not None else meta.get("high")
+    if default is None:
+        kind = f.type.__args__[0] if hasattr(f.type, "__args__") else f.type
+        if kind is str:
+            return "x"
+        return 1 if kind is int or (meta.get("low") or 0) >= 1 else 0.5
+    if isinstance(default, float) and top is not None:
+        return (default + top) / 2
+    return default * 2 or 1
+
+
+def _settings():
+    """(command, prefix, group or None, field) of every declared setting."""
+    for group, cls in GROUPS.items():
+        for f in dataclasses.fields(cls):
+            yield COMMAND_OF.get(group, "train"), f"{group}.", group, f
+    for cls in ROOTS.values():
+        for f in dataclasses.fields(cls):
+            if not dataclasses.is_dataclass(f.default_factory()
+                                            if f.default is dataclasses.MISSING else f.default):
+                yield "heads", "", None, f
+
+
+def _hydra(value):
+    """``value`` as an override writes it."""
+    if isinstance(value, list):
+        return "[" + ",".join(_hydra(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"'{value}'" if isinstance(value, str) else repr(value)
+
+
+@pytest.mark.parametrize("command, prefix, group, f", list(_settings()),
+                         ids=lambda x: getattr(x, "name", None) or str(x))
+def test_every_declared_setting_is_set_from_the_command_line(command, prefix, group, f):
+    key = prefix + key_of(f)
+    default = declared(GROUPS[group] if group else ROOTS["heads_declared"])[key_of(f)]
+    value = EXAMPLE.get(key, _another_value(f, default))
+    required = [] if command == "train" else ["ckpt=x"]
+    cfg = compose(command, [*required, *WITH.get(key, []), f"{key}={_hydra(value)}"])
+    settings = typed(cfg, group) if group else study_settings(cfg)
+    got = getattr(settings, f.name)
+    assert got != default and got is not None, (key, value, got)
+
+
+def _extended(group, preset_file):
+    """What the preset ``conf/<group>/<name>.yaml`` extends: the declared defaults, or the
+    composed values of the preset its defaults list names."""
+    base = OmegaConf.load(preset_file).get("defaults", [])
+    assert len(base) == 1, f"{preset_file} extends one config: [declared] or another preset"
+    if base[0] == "declared":
+        return declared(GROUPS[group])
+    return OmegaConf.to_container(compose("train", [f"{group}={base[0]}"])[group])
+
+
+@pytest.mark.parametrize("preset", sorted(p.relative_to(CONF).as_posix()
+                                          for group in GROUPS for p in (CONF / group).glob("*.yaml")))
+def test_no_preset_repeats_what_it_extends(preset):
+    group = preset.split("/")[0]
+    raw = OmegaConf.to_container(OmegaConf.load(CONF / preset), resolve=False)
+    base = _extended(group, CONF / preset)
+    for key, value in raw.items():
+        if key != "defaults" and value != "???":
+            assert key in base, f"{preset}: {key} is not a declared setting of {group}"
+            assert value != base[key], f"{preset}: {key}: {value} repeats what it extends"
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))
+def test_no_experiment_repeats_what_its_presets_give(experiment):
+    raw = OmegaConf.to_container(OmegaConf.load(CONF / "experiment" / f"{experiment}.yaml"))
+    chosen = [f"{next(iter(entry)).split('/')[-1]}={value}" for entry in raw.pop("defaults", [])
+              for value in entry.values()]
+    base = OmegaConf.to_container(compose("train", chosen), resolve=False)
+    for section, values in raw.items():
+        for key, value in (values.items() if isinstance(values, dict) else [(None, values)]):
+            was = base[section] if key is None else base[section][key]
+            assert value != was, f"experiment={experiment}: {section}.{key}={value} is a repeat"
+
+
+@pytest.mark.parametrize("command, groups", [("serve", ["limits", "access", "batching"]),
+                                             ("train", ["model", "data", "train", "decode"])])
+def test_the_help_lists_every_declared_setting_with_its_hint(command, groups, tmp_path):
+    out = run_command(command, "--help", cwd=tmp_path).stdout.decode()
+    for group in groups:
+        for f in dataclasses.fields(GROUPS[group]):
+            assert f"  {group}.{key_of(f)}=" in out and f.metadata["hint"] in out, (group, f.name)
+    assert "declared" not in out.split("Config groups")[1]
+
+
+def test_a_renamed_setting_keeps_the_runs_written_before_it(toy_run, tmp_path, monkeypatch):
+    """A run written when model.pre_norm was called norm_before (its model.json, run.json and
+    checkpoint manifests say norm_before): with the rename in ModelConfig.RENAMED it loads, its
+    checkpoints verify and a resume accepts it; the old key on a config works too."""
+    import json
+    import shutil
+
+    import mxnet as mx
+
+    from mtx.config import ConfigError, ModelConfig
+    from mtx.errors import CheckpointError
+    from mtx.runs.resume import check_identity
+    from mtx.runs.rundir import RunDir, load_run
+    from mtx.typecheck import from_dict
+
+    old = tmp_path / "old"
+    shutil.copytree(toy_run, old)
+    for path in [old / "model.json", old / "run.json", *(old / "checkpoints").glob("*.json")]:
+        text = json.loads(path.read_text())
+        model = text.get("model", text.get("config", text))
+        if "pre_norm" in model:
+            model["norm_before"] = model.pop("pre_norm")
+            path.write_text(json.dumps(text))
+    with pytest.raises(CheckpointError):  # a key unknown to ModelConfig: refused
+        load_run(old, mx.cpu(), "auto")
+    monkeypatch.setattr(ModelConfig, "RENAMED", {"norm_before": "pre_norm"})
+    model, _, _ = load_run(old, mx.cpu(), "auto")
+    assert model.cfg == RunDir(toy_run).model_config()
+    run = RunDir(old)
+    identity = json.loads((Path(toy_run) / "run.json").read_text())  # what today's mtx writes
+    check_identity(run, identity)
+    assert from_dict(ModelConfig, {"norm_before": True}, "model").pre_norm is True
+    with pytest.raises(ConfigError, match="unknown key"):
+        from_dict(ModelConfig, {"norm_after": True}, "model")
+
+
+def test_the_serving_docs_give_the_declared_limits():
+    """docs/serving.md's ``limits.<key>`` (N) are the declared defaults (the docs name a default
+    beside its key; the declaration is the one place it is set)."""
+    import re
+    text = (ROOT / "docs" / "serving.md").read_text()
+    found = re.findall(r"`limits\.(\w+)` \(([\d,.]+)[;)]", text)
+    assert len(found) >= 5
+    limits = declared(GROUPS["limits"])
+    for key, number in found:
+        assert float(number.replace(",", "")) == limits[key], (key, number)
