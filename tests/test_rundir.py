@@ -14,7 +14,7 @@ from mtx.data.corpus import load_corpus, save_tokenizer
 from mtx.errors import CheckpointError
 from mtx.model.transformer import Transformer
 from mtx.runs.checkpoints import save_average
-from mtx.runs.resume import check_settings
+from mtx.runs.resume import check_same_steps
 from mtx.runs.rundir import RunDir, load_run, require_run
 from mtx.typecheck import to_keys
 from mtx.training import choose_final, new_fit
@@ -221,12 +221,12 @@ def test_a_resume_with_other_training_settings_is_refused(tmp_path):
         "data:\n  max_len: 128\n  raw_dir: /a\n")
     same = ("seed: 1\ntrain:\n  batch_tokens: 2048\n  lr: 0.001\n  max_minutes: {minutes}\n"
             "  ema_decay: 0.5\ndata:\n  max_len: 128\n  raw_dir: {raw}\n")
-    check_settings(run, same.format(minutes=90, raw="/b"))
-    check_settings(run, None)  # a run built in code keeps no config.yaml to compare
+    check_same_steps(run, same.format(minutes=90, raw="/b"))
+    check_same_steps(run, None)  # a run built in code keeps no config.yaml to compare
     changed = same.format(minutes=60, raw="/a").replace("batch_tokens: 2048", "batch_tokens: 512")
     changed = changed.replace("seed: 1", "seed: 2").replace("max_len: 128", "max_len: 64")
     with pytest.raises(CheckpointError) as err:
-        check_settings(run, changed)
+        check_same_steps(run, changed)
     assert (f"{tmp_path} was trained with seed=1 (now 2), train.batch_tokens=2048 (now 512), "
             f"data.max_len=128 (now 64); a resumed run must take the same steps") in str(err.value)
 

@@ -1,6 +1,6 @@
 """What a resumed run must share with the run it continues, checked before anything in the run
 directory is written: what its weights mean (`check_identity`) and the settings that decide its
-steps (`check_settings`), and how an optimizer state saved under an old module path loads
+steps (`check_same_steps`), and how an optimizer state saved under an old module path loads
 (`old_module_paths`)."""
 import importlib
 import sys
@@ -39,7 +39,7 @@ def check_identity(run, identity):
                               f"hydra.run.dir (nothing in the run was changed)")
 
 
-def check_settings(run, resolved_config_yaml):
+def check_same_steps(run, resolved_config_yaml):
     """Refuse to resume the `RunDir` ``run`` with other training settings than its
     config.yaml's: the seed, and the train.* and data.* keys but RESUME_MAY_CHANGE. A key only
     one of the two configs has (one added to mtx since the run started) keeps its default, so

@@ -16,7 +16,7 @@ from ..hardware.devices import resolve_device, seed_everything
 from ..errors import CheckpointError, ConfigError
 from .parallel import DataParallel
 from .precision import choose_precision
-from ..runs.resume import check_identity, check_settings
+from ..runs.resume import check_identity, check_same_steps
 from ..runs.runlock import RunLock
 from ..runs.rundir import RunDir, run_identity
 from .build import build_pieces
@@ -70,7 +70,7 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
         identity["init_from"] = started_from
     if resuming:
         check_identity(run, identity)
-        check_settings(run, config_yaml)
+        check_same_steps(run, config_yaml)
     if is_chief:
         run.start(identity, model_cfg, data_cfg, config_yaml)
         save_tokenizer(corpus.tokenizer, run.path)
