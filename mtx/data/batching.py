@@ -16,10 +16,6 @@ from .vocab import EOS, PAD
 
 NUM_BUCKETS = 16            # gluonnlp FixedBucketSampler buckets of the longer side's length
 BUCKET_WIDTH_RATIO = 1.2    # each bucket this much wider than the one before (ExpWidthBucket)
-MAX_TRANSLATION_ROWS = 256  # sentences per translation batch at most
-# hypotheses (sentences x beam) per translation batch at most: the decoder caches grow with
-# them, and MXNet keeps the memory of a batch's largest arrays for the process's life
-MAX_TRANSLATION_HYPOTHESES = 640
 PREFETCH_BATCHES = 8        # training batches collated ahead of the step that uses them
 
 

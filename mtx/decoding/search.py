@@ -10,12 +10,16 @@ output limit (both in `mtx.decoding.search_rules`, which the CTranslate2 backend
 import numpy as onp
 from mxnet import np
 
-from ..data.batching import (MAX_TRANSLATION_HYPOTHESES, MAX_TRANSLATION_ROWS,
-                             length_groups, source_batch)
+from ..data.batching import length_groups, source_batch
 from .lines import LineTranslator
 from ..data.vocab import BOS, EOS, SPECIALS
 from .beam_step import NEG_INF, beam_step, candidates
 from .search_rules import gnmt_penalty, output_limits
+
+MAX_TRANSLATION_ROWS = 256  # sentences per translation batch at most
+# hypotheses (sentences x beam) per translation batch at most: the decoder caches grow with
+# them, and MXNet keeps the memory of a batch's largest arrays for the process's life
+MAX_TRANSLATION_HYPOTHESES = 640
 
 
 def load_decoder(run_dir, ctx, which="auto"):
