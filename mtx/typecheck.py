@@ -164,6 +164,7 @@ def from_dict(cls, values, section=""):
         if dataclasses.is_dataclass(hint) and isinstance(value, dict):
             values[key] = from_dict(hint, value, dotted + key)
         elif not _fits(value, hint):
+            what = dataclasses.fields(cls)[list(fields).index(key)].metadata.get("hint")
             raise ConfigError(f"{dotted}{key}={value!r} has type {_spell(type(value))}; "
-                              f"expected {_spell(hint)}")
+                              f"expected {_spell(hint)}" + (f" ({what})" if what else ""))
     return cls(**from_keys(cls, values))

@@ -177,8 +177,11 @@ CASES = {
     "train-unknown-key": ("train", ["model.num_layer=6"], "unknown key model.num_layer"),
     "train-malformed-override": ("train", ["model.num_heads=["], "cannot parse the override"),
     "train-missing-config-option": ("train", ["model=huge"], "choose one of base, narrow, small, tiny"),
-    "serve-group-given-a-value": ("serve", ["ckpt=x", "limits=5"], "limits/5'; that is a group "
+    "serve-group-given-a-value": ("serve", ["ckpt=x", "limits=5"], "limits=5: that is a group "
                                                                   "of settings"),
+    "serve-group-given-no-preset": ("serve", ["ckpt=x", "limits=few"], "Could not find "
+                                    "'limits/few': that is a group of settings: give one of"),
+    "train-group-given-a-value": ("train", ["model=5"], "model=5: that is a group of settings"),
     "train-no-gpu": ("train", ["device=gpu"], "device=gpu but MXNet sees 0 GPU(s)"),
     "train-unknown-device": ("train", ["device=tpu"], "device=tpu is not a device name"),
     "train-seed-not-an-integer": ("train", ["seed=1.5"], "seed=1.5: give an integer"),

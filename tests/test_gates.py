@@ -128,24 +128,25 @@ def test_heads_script_with_learned_gates(toy_run, tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     (["method=l0"], "method=l0 needs exactly one of target_heads="),
     (["method=l0", "target_heads=3"], "target_heads=3 would keep 3 of the 24 heads"),
-    (["method=random"], "method=random is not a pruning method"),
+    (["method=random"], "method=random: give order (the importance orders"),
     (["method=l0", "prune_fraction=0.5", "l0.anneal=1.5"], "l0.anneal=1.5: give the part"),
     (["method=l0", "prune_fraction=0.5", "l0.minutes=0"], "l0.minutes=0, l0.max_steps=null: "
                                                           "the gates need minutes > 0"),
     (["method=l0", "prune_fraction=0.5", "l0.minutes=null"], "l0.minutes=null, l0.max_steps=null"),
-    (["method=l0", "prune_fraction=0.5", "l0.minutes=-1"], "l0.minutes=-1: give minutes > 0"),
-    (["method=l0", "target_heads=9.5"], "target_heads=9.5: give a whole number"),
-    (["method=l0", "prune_fraction=0.5", "l0.max_steps=-1"], "l0.max_steps=-1: give 1 or more"),
-    (["method=l0", "prune_fraction=0.5", "l0.minutes=inf"], "l0.minutes=inf: give minutes > 0"),
-    (["method=l0", "prune_fraction=0.5", "l0.gate_lr=-0.05"], "l0.gate_lr=-0.05: give a"),
+    (["method=l0", "prune_fraction=0.5", "l0.minutes=-1"], "l0.minutes=-1: give the wall-clock budget"),
+    (["method=l0", "target_heads=9.5"], "target_heads=9.5 has type float; expected int or "
+                                                 "null (a whole number of heads to keep"),
+    (["method=l0", "prune_fraction=0.5", "l0.max_steps=-1"], "l0.max_steps=-1: give a number of updates"),
+    (["method=l0", "prune_fraction=0.5", "l0.minutes=inf"], "l0.minutes=inf: give the wall-clock budget"),
+    (["method=l0", "prune_fraction=0.5", "l0.gate_lr=-0.05"], "l0.gate_lr=-0.05: give the gates'"),
     (["method=l0", "prune_fraction=0.5", "l0.batch_tokens=0"], "l0.batch_tokens=0: give 8 or"),
     # found only after the whole study before: the study's work would be lost
     (["max_bleu_loss=-1"], "max_bleu_loss=-1: give the val BLEU"),
     (["max_bleu_loss=nan"], "max_bleu_loss=nan: give the val BLEU"),
-    (["finetune.minutes=nan"], "finetune.minutes=nan: give minutes > 0"),
-    (["finetune.lr=fast"], "finetune.lr=fast: give a learning rate"),
-    (["leave_one_out=no"], "leave_one_out=no: give true or false"),
-    (["prune_fraction=half"], "prune_fraction=half: give a fraction"),
+    (["finetune.minutes=nan"], "finetune.minutes=nan: give minutes of training"),
+    (["finetune.lr=fast"], "finetune.lr='fast' has type str; expected float (the peak"),
+    (["leave_one_out=no"], "leave_one_out='no' has type str; expected bool (true:"),
+    (["prune_fraction=half"], "prune_fraction='half' has type str; expected float or null"),
 ])
 def test_bad_gate_settings_are_one_line_errors(toy_run, overrides, message):
     done = run_script("heads", f"ckpt={toy_run}", *overrides)

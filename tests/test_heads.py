@@ -225,9 +225,9 @@ def test_heads_script_runs_end_to_end(toy_run, tmp_path):
     (["prune_fraction=0.9"], "prune_fraction=0.9 would keep 2 of the 24 heads; keep at least one"),
     (["prune_fraction=0.01"], "prune_fraction=0.01 would keep 24 of the 24 heads"),
     (["target_heads=12"], "target_heads= is for method=l0"),
-    (["timing_rounds=0"], "timing_rounds=0: give 1 or more rounds"),
-    (["max_sentences=0"], "max_sentences=0: give 1 or more sentences"),
-    (["random_orders=-1"], "random_orders=-1: give 0 or more orders"),
+    (["timing_rounds=0"], "timing_rounds=0: give rounds in which the full and the pruned model"),
+    (["max_sentences=0"], "max_sentences=0: give only the first N sentences of importance_split"),
+    (["random_orders=-1"], "random_orders=-1: give random removal orders (seeds 1..N)"),
 ])
 def test_bad_prune_fraction_is_a_one_line_error(toy_run, overrides, message):
     done = run_script("heads", f"ckpt={toy_run}", *overrides)

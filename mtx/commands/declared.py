@@ -38,11 +38,16 @@ def declare_settings():
         OmegaConf.register_new_resolver("mtx.presets", presets_help)
 
 
+def presets_of(group):
+    """The names of the presets of ``group``: the YAML files of conf/<group>/ (and ``declared``,
+    the dataclass's defaults alone)."""
+    return ["declared", *sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))]
+
+
 def presets_help(*groups):
     """``${mtx.presets:decode}`` in a command's help: a line per group, ``group: its presets``
-    (the YAML files of conf/<group>/; ``group=declared`` is the dataclass's defaults alone)."""
-    return "\n".join(f"  {group}: {', '.join(sorted(p.stem for p in (CONF_DIR / group).glob('*.yaml')))}"
-                     for group in groups)
+    (but ``declared``)."""
+    return "\n".join(f"  {group}: {', '.join(presets_of(group)[1:])}" for group in groups)
 
 
 def settings_help(name, *, _root_):

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import traceback
 
+from ..config import CONF_DIR
 from ..errors import BUG, INTERRUPTED, PREEMPTED, USER_ERROR, MtxError, Preempted
 
 log = logging.getLogger("mtx")
@@ -94,8 +95,7 @@ def _config_message(err):
         presets = [option for option in err.options if option != "declared"]
         if presets:
             return f"{what}; choose one of {', '.join(presets)}"
-        return (f"{what}: that is a group of settings (`mtx.commands.declared`); set one of "
-                f"them, group.key=value (--help lists them)")
+        return f"{what}: {GROUP_FIX}"
     if isinstance(err, OverrideParseException):
         return f"cannot parse the override {err.override!r}: {_one_line(err.message)}"
     if isinstance(cause, (ConfigKeyError, AttributeError)) and getattr(cause, "full_key", None):
@@ -131,7 +131,28 @@ def _user_message(err):
     from omegaconf.errors import OmegaConfBaseException
     if isinstance(err, (HydraException, OmegaConfBaseException)):
         return _config_message(err)
+    if isinstance(err, ValueError) and str(err).startswith(GROUP_GIVEN_A_VALUE):
+        return _group_given_a_value()
     return None
+
+
+# What Hydra raises (a ValueError) for ``<group>=<a number or a mapping>``, e.g. model=5
+GROUP_GIVEN_A_VALUE = "Config group override must be a string or a list"
+
+
+def _group_given_a_value():
+    """One line for ``<group>=<value>`` that is no preset's name: the overrides of the command
+    line that name a group, and what to give instead."""
+    from .declared import GROUPS, presets_of
+    groups = {*GROUPS, *(p.name for p in CONF_DIR.iterdir() if p.is_dir())}
+    given = [arg for arg in sys.argv[1:] if "=" in arg
+             and arg.split("=", 1)[0].lstrip("+~") in groups
+             and arg.split("=", 1)[1] not in presets_of(arg.split("=", 1)[0].lstrip("+~"))]
+    return (f"{', '.join(given) or 'an override of a group'}: {GROUP_FIX}")
+
+
+GROUP_FIX = ("that is a group of settings: give one of its presets by name, or set one of its "
+             "settings, group.key=value (--help lists both)")
 
 
 def _log_to_files(level, message, exc_info=None):

@@ -28,7 +28,7 @@ class GateTraining:
     (`mtx.heads.gates.train_gates`)."""
     minutes: Optional[float] = setting(10, "the wall-clock budget of the gate training, minutes "
                                            "> 0 (or 0 with l0.max_steps=)", low=0)
-    max_steps: Optional[int] = setting(None, "or stop after this many updates, 1 or more, or "
+    max_steps: Optional[int] = setting(None, "a number of updates to stop after, 1 or more, or "
                                              "null", low=1)
     lr: float = setting(1e-4, "the model's learning rate meanwhile (Adam), > 0, e.g. 1e-4",
                         above=0)
@@ -51,8 +51,8 @@ class StudySettings:
     the study would lose it."""
     method: str = setting("order", "order (the importance orders and their curves) or l0 "
                                    "(learned gates, `mtx.heads.gates`)", choices=METHODS)
-    target_heads: Optional[int] = setting(None, "method=l0: a whole number of heads to keep "
-                                                "(or prune_fraction=), or null")
+    target_heads: Optional[int] = setting(None, "a whole number of heads to keep (method=l0; "
+                                                "or prune_fraction=), or null")
     importance_split: str = setting("val", "the held-out split of the run's corpus that the "
                                            "importance scores and pruning curves are made on")
     test_split: Optional[str] = setting(None, "the split the pruned model is compared with the "
