@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as onp
 
-from .vocab import EOS, PAD
+from .pairs import PairIds
+from .vocab import BOS, EOS, PAD
 
 NUM_BUCKETS = 16            # gluonnlp FixedBucketSampler buckets of the longer side's length
 BUCKET_WIDTH_RATIO = 1.2    # each bucket this much wider than the one before (ExpWidthBucket)
@@ -57,8 +58,20 @@ def source_batch(sentences):
 
 def collate(src_ids, tgt_ids, ids):
     """Sentences (lists of ids, no specials) -> a padded `Batch` of sentences ``ids``."""
-    from .pairs import PairIds
-    return PairIds.from_lists(src_ids, tgt_ids).collate(ids)
+    return collate_pairs(PairIds.from_lists(src_ids, tgt_ids), ids)
+
+
+def collate_pairs(pairs, ids):
+    """Pairs ``ids`` (indices) of a `mtx.data.pairs.PairIds` -> a padded `Batch`."""
+    src, src_len = source_batch([pairs.src[i] for i in ids])
+    targets = [pairs.tgt[i] for i in ids]
+    tgt_len = onp.array([len(t) + 1 for t in targets], "int32")
+    tgt_in = onp.full((len(targets), int(tgt_len.max())), PAD, "int32")
+    tgt_out = onp.full_like(tgt_in, PAD)
+    for row, t in enumerate(targets):
+        tgt_in[row, 0], tgt_in[row, 1:len(t) + 1] = BOS, t
+        tgt_out[row, :len(t)], tgt_out[row, len(t)] = t, EOS
+    return Batch(src, src_len, tgt_in, tgt_out, tgt_len, onp.array(ids, "int64"))
 
 
 def batch_plan(lengths, batch_tokens, shuffle, seed, num_buckets=NUM_BUCKETS):
@@ -84,7 +97,7 @@ def bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle, seed, num_buckets=NU
     and studies; training collates as it goes, `prefetched`)."""
     from .pairs import PairIds
     pairs = PairIds.from_lists(src_ids, tgt_ids)
-    return [pairs.collate(group) for group in batch_plan(pairs.bucket_lengths(), batch_tokens,
+    return [collate_pairs(pairs, group) for group in batch_plan(pairs.bucket_lengths(), batch_tokens,
                                                          shuffle, seed, num_buckets)]
 
 
@@ -107,7 +120,7 @@ def prefetched(pairs, plan, depth=PREFETCH_BATCHES):
     def collate_all():
         try:
             for group in plan:
-                if not offer(pairs.collate(group)):
+                if not offer(collate_pairs(pairs, group)):
                     return
         except BaseException as err:  # raised again in the loop's thread
             offer(err)

@@ -1,5 +1,6 @@
 """Sentence pairs as subword ids, compact: each side one flat int32 array with offsets, in memory
-or memory-mapped from a prepared corpus (`mtx.data.prepared`), and batches collated from them.
+or memory-mapped from a prepared corpus (`mtx.data.prepare`); `mtx.data.batching` collates
+batches from them.
 
 A side of N sentences is ``ids`` (all sentences' ids, no specials, concatenated) and ``offsets``
 (N + 1,) int64: sentence i is ``ids[offsets[i]:offsets[i + 1]]``. A WMT-sized corpus (millions
@@ -9,8 +10,6 @@ import os
 from pathlib import Path
 
 import numpy as onp
-
-from .vocab import BOS, EOS, PAD
 
 ID_DTYPE, OFFSET_DTYPE = onp.int32, onp.int64
 
@@ -87,19 +86,6 @@ class PairIds:
 
     def to_lists(self):
         return self.src.to_lists(), self.tgt.to_lists()
-
-    def collate(self, ids):
-        """Pairs ``ids`` (indices) -> a padded `mtx.data.batching.Batch`."""
-        from .batching import Batch, source_batch
-        src, src_len = source_batch([self.src[i] for i in ids])
-        targets = [self.tgt[i] for i in ids]
-        tgt_len = onp.array([len(t) + 1 for t in targets], "int32")
-        tgt_in = onp.full((len(targets), int(tgt_len.max())), PAD, "int32")
-        tgt_out = onp.full_like(tgt_in, PAD)
-        for row, t in enumerate(targets):
-            tgt_in[row, 0], tgt_in[row, 1:len(t) + 1] = BOS, t
-            tgt_out[row, :len(t)], tgt_out[row, len(t)] = t, EOS
-        return Batch(src, src_len, tgt_in, tgt_out, tgt_len, onp.array(ids, "int64"))
 
 
 class SideWriter:
