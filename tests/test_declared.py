@@ -102,9 +102,11 @@ def test_no_preset_repeats_what_it_extends(preset):
     raw = OmegaConf.to_container(OmegaConf.load(CONF / preset), resolve=False)
     base = _extended(group, CONF / preset)
     for key, value in raw.items():
-        if key != "defaults" and value != "???":
+        if key != "defaults":
             assert key in base, f"{preset}: {key} is not a declared setting of {group}"
             assert value != base[key], f"{preset}: {key}: {value} repeats what it extends"
+            # merged onto a declared value, ??? leaves that value: it cannot ask the user
+            assert value != "???", f"{preset}: {key}: ??? keeps the declared {base[key]}"
 
 
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))

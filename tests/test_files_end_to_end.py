@@ -268,7 +268,7 @@ def _damage(corpus, kind):
         write_pair(corpus / "train", [""] * 300, [""] * 300)
         return [], r"have no pair with text on both sides; give non-empty parallel files"
     if kind == "no data.src_lang":
-        return [], r"give data\.src_lang=\.\.\. \(this data config leaves them to you"
+        return [], r"data=files needs data\.src_lang=<code>: the language code that ends"
     raise AssertionError(kind)
 
 
@@ -281,7 +281,7 @@ def test_each_kind_of_bad_file_is_one_line_and_exit_2_before_training(bad_corpus
     work = bad_corpus.parent
     extra, message = _damage(bad_corpus, kind)
     overrides = files_overrides(train="corpus/train", test="[corpus/test]")
-    if kind == "no data.src_lang":  # the key left as conf/data/files.yaml leaves it: ???
+    if kind == "no data.src_lang":  # the key left as conf/data/files.yaml leaves it: null
         overrides = [o for o in overrides if not o.startswith("data.src_lang=")]
     done = run_command("train", *overrides, *extra, *TINY, f"hydra.run.dir={work / 'run'}",
                        cwd=work, env={"MTX_DATA_DIR": str(work / "data")})

@@ -19,8 +19,10 @@ class DataConfig:
     RENAMED: ClassVar[Dict[str, str]] = {}
     name: str = setting("multi30k", f"one of {', '.join(CORPORA)} (data=files for your own "
                                     f"parallel files)", choices=CORPORA)
-    src_lang: str = setting("en", "the source language's code (it ends the file names)")
-    tgt_lang: str = setting("de", "the target language's code (it ends the file names)")
+    src_lang: Optional[str] = setting("en", "the source language's code (it ends the file "
+                                            "names; data=files needs it)")
+    tgt_lang: Optional[str] = setting("de", "the target language's code (it ends the file "
+                                            "names; data=files needs it)")
     raw_dir: Optional[str] = setting(None, "a local copy of Multi30k's task1/raw, or null: "
                                            "MTX_MULTI30K_DIR, else a download")
     vocab_size: int = setting(8000, "the joint SentencePiece vocabulary's size, at least 16",
@@ -103,6 +105,9 @@ def check_files_settings(cfg):
     prefixes given."""
     for key in ("src_lang", "tgt_lang"):
         lang = getattr(cfg, key)
+        if lang is None:
+            raise ConfigError(f"data=files needs data.{key}=<code>: the language code that ends "
+                              f"the file names (<prefix>.<lang>), e.g. en")
         if not lang or "/" in lang or lang != lang.strip():
             raise ConfigError(f"data.{key}={lang!r}: give the language code that ends the file "
                               f"names (<prefix>.<lang>), e.g. en")
