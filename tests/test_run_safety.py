@@ -71,7 +71,7 @@ def test_a_model_without_room_for_a_subword_is_one_line(max_len, tmp_path):
     done = run_script("train", "experiment=smoke", f"model.max_len={max_len}",
                       f"hydra.run.dir={tmp_path / 'run'}")
     line = assert_one_line(done.stderr, done.returncode, USER_ERROR)
-    assert f"model.max_len={max_len}: give at least 2 positions" in line
+    assert f"model.max_len={max_len}: give the positions" in line and "at least 2" in line
 
 
 # -- checkpoints and temporary files ------------------------------------------------------------
