@@ -195,53 +195,59 @@ def test_incremental_decoding_equals_full_forward(tiny_cfg, num_heads, pre_norm,
     assert state["t"] == T
 
 
+def _search_step_against_the_log_probs(models, decoder, K=2, steps=3):
+    """``decoder`` (a model or an `Ensemble` of ``models``) extends a beam of K per sentence
+    with `extend` (one call); the same `BeamStep`, unhybridized, over the top K of the models'
+    mean `step` log-probabilities must give the same tokens, scores, lengths, ends and origins
+    at every step."""
+    from mtx.decoding.beam_step import BeamStep, beam_step
+    src, src_lens, _ = _batch(models[0].cfg)
+    R = src.shape[0] * K
+    full = [m.init_state(src, src_lens, beam_size=K) for m in models]
+    fused = decoder.init_state(src, src_lens, beam_size=K)
+    reference = BeamStep(K, K)
+    reference.initialize()
+    beams = (np.full((R,), 1, dtype="int32"), np.array([0.0, -1e30] * (R // K)),
+             np.zeros((R,)), np.zeros((R,)), np.array([[2.0]] * R))
+    alpha = np.array([0.6])
+    for t in range(steps):
+        mean = sum(m.step(beams[0], s)[0] for m, s in zip(models, full)) / len(models)
+        top_lp, top_ids = npx.topk(mean, k=K, axis=-1, ret_typ="both")
+        want = reference(top_lp, top_ids, *beams[1:], alpha, np.full((1,), t, dtype="int32"))
+        got = decoder.extend(fused, beam_step(K, models[0].cfg.vocab_size), (*beams, alpha))
+        for w, g in zip(want, got):
+            onp.testing.assert_allclose(g.asnumpy(), w.asnumpy(), rtol=1e-5, atol=1e-5)
+        if t == 2:  # the limit of 2 ends every row
+            assert got[3].asnumpy().all()
+        beams = (*got[:4], beams[4])
+        for model, state in zip(models, full):
+            model.reorder_state(state, got[4])
+        decoder.reorder_state(fused, got[4])
+
+
+@pytest.mark.parametrize("gates", [False, True])
 @pytest.mark.parametrize("hybridize", [False, True])
-def test_step_top_gives_the_best_next_tokens_of_the_rows_asked_for(tiny_cfg, hybridize):
-    """`step_top` (the beam search's step): each row's k best next tokens and log-probabilities
-    as `step`'s full distribution has them; with ``rows``, only those rows get them (the
-    others, hypotheses that have ended, zeros), and the caches still advance for every row."""
+def test_extend_is_the_beam_step_over_the_best_next_tokens(tiny_cfg, hybridize, gates):
+    """`extend` (the beam search's step: decoder, output layer, top-k and the beam's
+    bookkeeping in one call) against `step`'s full distribution and the beam's block alone."""
     net = _model(tiny_cfg)
     if hybridize:
         net.hybridize(static_alloc=True)
-    src, src_lens, tgt = _batch(tiny_cfg)
-    full, top = net.init_state(src, src_lens), net.init_state(src, src_lens)
-    for t in range(3):
-        log_probs, _ = net.step(tgt[:, t], full)
-        want_lp, want_ids = (x.asnumpy() for x in npx.topk(log_probs, k=3, axis=-1,
-                                                           ret_typ="both"))
-        rows = None if t == 0 else onp.array([1])
-        top_lp, top_ids = (x.asnumpy() for x in net.step_top(tgt[:, t], top, 3, rows))
-        asked = [0, 1] if rows is None else [1]
-        onp.testing.assert_allclose(top_lp[asked], want_lp[asked], rtol=1e-5, atol=1e-5)
-        onp.testing.assert_array_equal(top_ids[asked], want_ids[asked])
-        if rows is not None:
-            assert (top_lp[0] == 0).all() and (top_ids[0] == 0).all()
-    assert full["t"] == top["t"] == 3
+    if gates:  # gates that change the distribution, given to both ways
+        init_state = net.init_state
+        net.init_state = lambda *args, **kwargs: init_state(*args, _gates(tiny_cfg), **kwargs)
+    _search_step_against_the_log_probs([net], net)
     with warnings.catch_warnings():  # the decoding steps kept for the model are no container
         warnings.simplefilter("error")  # of Blocks in it (Gluon warns of those)
         net.collect_params()
 
 
-def test_an_ensembles_step_top_is_the_top_of_its_models_mean_for_the_rows_asked_for(tiny_cfg):
-    """`Ensemble.step_top`: each asked row's k best of the mean of two different models'
-    log-probabilities (`step`'s), the other rows zeros; no row asked: zeros, and the states
-    advance."""
+def test_an_ensembles_step_is_the_beam_step_over_its_models_mean(tiny_cfg):
+    """`Ensemble.extend`: the beam's step over the mean of two different models'
+    log-probabilities (`step`'s)."""
     from mtx.decoding.ensemble import Ensemble
     models = [_model(tiny_cfg), _model(tiny_cfg)]  # initialised apart
-    ensemble = Ensemble(models)
-    src, src_lens, tgt = _batch(tiny_cfg)
-    full = [m.init_state(src, src_lens) for m in models]
-    top = ensemble.init_state(src, src_lens)
-    for t, rows in enumerate([None, onp.array([1]), onp.array([], dtype="int64")]):
-        mean = sum(m.step(tgt[:, t], s)[0] for m, s in zip(models, full)) / 2
-        want_lp, want_ids = (x.asnumpy() for x in npx.topk(mean, k=3, axis=-1, ret_typ="both"))
-        top_lp, top_ids = (x.asnumpy() for x in ensemble.step_top(tgt[:, t], top, 3, rows))
-        asked = [0, 1] if rows is None else list(rows)
-        onp.testing.assert_allclose(top_lp[asked], want_lp[asked], rtol=1e-5, atol=1e-5)
-        onp.testing.assert_array_equal(top_ids[asked], want_ids[asked])
-        others = [r for r in (0, 1) if r not in asked]
-        assert (top_lp[others] == 0).all() and (top_ids[others] == 0).all()
-    assert [s["t"] for s in top] == [3, 3]
+    _search_step_against_the_log_probs(models, Ensemble(models))
 
 
 # -- bfloat16 matrix multiplies -------------------------------------------------------------------

@@ -4,7 +4,7 @@ model keeping its own decoder state. The runs must share one vocabulary (the sam
 """
 import dataclasses
 
-from mxnet import npx
+from mxnet import np, npx
 
 from ..errors import ConfigError, MtxError
 from ..model import incremental
@@ -12,7 +12,7 @@ from ..model import incremental
 
 class Ensemble:
     """What `mtx.decoding.search.beam_search` and `Translator` use of a `Transformer` (``cfg``,
-    `init_state`, `step`, `step_top`, `reorder_state`), over ``models``."""
+    `init_state`, `step`, `extend`, `reorder_state`), over ``models``."""
 
     def __init__(self, models):
         self.models = list(models)
@@ -32,19 +32,17 @@ class Ensemble:
         log_probs = [m.step(tokens, state)[0] for m, state in zip(self.models, states)]
         return sum(log_probs[1:], log_probs[0]) / len(log_probs), None
 
-    def step_top(self, tokens, states, k, rows=None):
-        """`step`'s ``k`` best next tokens of every row: (log-probabilities (R, k), ids (R, k));
-        with ``rows`` (host ints) only for those rows, the others zeros (like
-        `Transformer.step_top`)."""
-        live = [incremental.step_live(m, tokens, state, rows)
-                for m, state in zip(self.models, states)]  # ((L, D) or None, rows) each
-        hidden, live_rows = zip(*live)
-        if hidden[0] is None:
-            return incremental.rows_of_all(None, live_rows[0], tokens.shape[0], k, tokens.ctx)
+    def extend(self, states, then, more):
+        """`Transformer.extend` over the mean of the models' log-probabilities: each model's
+        decoder step, then ``then`` (called on its own) over the ``then.C`` best next tokens of
+        the mean."""
+        tokens, position = more[0], np.full((1,), states[0]["t"], dtype="int32", ctx=more[0].ctx)
+        hidden = [incremental.step(m, tokens, state, "hidden")[0]
+                  for m, state in zip(self.models, states)]  # (R, D) each
         log_probs = [npx.log_softmax(m.output(h), axis=-1) for m, h in zip(self.models, hidden)]
-        mean = sum(log_probs[1:], log_probs[0]) / len(log_probs)  # (L, V)
-        top = npx.topk(mean, k=k, axis=-1, ret_typ="both")
-        return incremental.rows_of_all(top, live_rows[0], tokens.shape[0], k, tokens.ctx)
+        mean = sum(log_probs[1:], log_probs[0]) / len(log_probs)  # (R, V)
+        top_lp, top_ids = npx.topk(mean, k=then.C, axis=-1, ret_typ="both")
+        return then(top_lp, top_ids, *more[1:], position)
 
     def reorder_state(self, states, rows, sentences=None):
         for model, state in zip(self.models, states):

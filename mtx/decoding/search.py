@@ -13,7 +13,7 @@ from mxnet import np
 from ..data.batching import length_groups, source_batch
 from .lines import LineTranslator
 from ..data.vocab import BOS, EOS, SPECIALS
-from .beam_step import NEG_INF, beam_step, candidates
+from .beam_step import NEG_INF, beam_step
 from .search_rules import gnmt_penalty, output_limits
 
 MAX_TRANSLATION_ROWS = 256  # sentences per translation batch at most
@@ -49,32 +49,30 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
     steps = max(int(limits.max()), 1)  # a limit of 0 still takes the step that forces EOS
     state = model.init_state(src_tokens, src_valid_len, head_gates, beam_size=K)
     alive = onp.arange(B)  # the sentence of each group of K rows
-    limit = np.array(onp.repeat(limits, K), dtype="float32", ctx=ctx).reshape(-1, 1)  # (B*K, 1)
-    tokens = np.full((B * K,), BOS, dtype="int32", ctx=ctx)
-    # (B*K,) sums of log-probabilities; only the first beam of each sentence is alive at t = 0
-    raw = np.array(onp.tile([0.0] + [NEG_INF] * (K - 1), B), dtype="float32", ctx=ctx)
-    finished = np.zeros((B * K,), ctx=ctx)
-    length = np.zeros((B * K,), ctx=ctx)  # (B*K,) incl. EOS; frozen at EOS or at the limit
-    extend = beam_step(K, model.cfg.vocab_size, length_penalty)
-    C = candidates(K, model.cfg.vocab_size)
+    # (tokens, raw, length, finished, limit) of the R = B*K rows: the last tokens (R,) int32,
+    # the sums of log-probabilities (R,) (only the first beam of each sentence is alive at
+    # t = 0), the lengths (R,) incl. EOS (frozen at EOS or at the limit), 1.0 once ended (R,),
+    # the output limits (R, 1)
+    beams = (np.full((B * K,), BOS, dtype="int32", ctx=ctx),
+             np.array(onp.tile([0.0] + [NEG_INF] * (K - 1), B), dtype="float32", ctx=ctx),
+             np.zeros((B * K,), ctx=ctx), np.zeros((B * K,), ctx=ctx),
+             np.array(onp.repeat(limits, K), dtype="float32", ctx=ctx).reshape(-1, 1))
+    alpha = np.array([length_penalty], dtype="float32", ctx=ctx)
+    search_step = beam_step(K, model.cfg.vocab_size)
     history = []  # per step, host arrays over that step's rows: (tokens, rows of the step before)
     results = [None] * B
     read = onp.zeros(B, bool)  # per sentence in the batch: its results are stored
-    going_on = None  # host: the rows whose hypothesis has not ended (None: all)
     for t in range(steps):
-        # (R, C), R = sentences * K; an ended hypothesis needs no output layer
-        top_lp, top_ids = model.step_top(tokens, state, C, going_on)
-        tokens, raw, length, finished, origin = extend(top_lp, top_ids, raw, length, finished,
-                                                       limit <= t)
-        history.append((tokens.asnumpy(), origin.asnumpy()))
-        ended = finished.asnumpy()  # (R,) in the next step's rows
+        *extended, origin = model.extend(state, search_step, (*beams, alpha))
+        beams = (*extended, beams[4])
+        history.append((beams[0].asnumpy(), origin.asnumpy()))
+        ended = beams[3].asnumpy()  # (R,) in the next step's rows
         done = ended.reshape(-1, K).min(axis=1) > 0  # (R/K,) all K ended
         if done.all() or t == steps - 1:
-            _read_off(results, alive, ~read, history, raw, length, K, length_penalty, nbest)
+            _read_off(results, alive, ~read, history, beams, K, length_penalty, nbest)
             break
         if (done & ~read).any():
-            _read_off(results, alive, done & ~read, history, raw, length, K, length_penalty,
-                      nbest)
+            _read_off(results, alive, done & ~read, history, beams, K, length_penalty, nbest)
             read |= done
         # Ended sentences go on (EOS at no cost) until a quarter of the batch has: dropping
         # rows changes the step's shapes, and a hybridized step plans its memory again.
@@ -82,23 +80,21 @@ def beam_search(model, src_tokens, src_valid_len, beam_size=5, length_penalty=1.
             keep = onp.flatnonzero(~read)  # sentences that go on, in (R/K,)
             rows = (keep[:, None] * K + onp.arange(K)).reshape(-1)  # their rows, in (R,)
             history.append((None, rows))  # a step that only renumbers rows
-            alive, read, ended = alive[keep], read[keep], ended[rows]
+            alive, read = alive[keep], read[keep]
             rows_nd = np.array(rows, dtype="int32", ctx=ctx)
             origin = np.take(origin, rows_nd)
-            tokens, raw, length, finished, limit = (np.take(x, rows_nd, axis=0) for x in
-                                                    (tokens, raw, length, finished, limit))
+            beams = tuple(np.take(x, rows_nd, axis=0) for x in beams)
             model.reorder_state(state, origin, np.array(keep, dtype="int32", ctx=ctx))
         elif K > 1:  # with one hypothesis per sentence every row extends itself
             model.reorder_state(state, origin)
-        going_on = onp.flatnonzero(ended == 0)
     return results
 
 
-def _read_off(results, alive, done, history, raw, length, K, alpha, nbest):
+def _read_off(results, alive, done, history, beams, K, alpha, nbest):
     """Store in ``results`` the hypotheses of the sentences ``alive[done]``: follow each of their
-    rows back through ``history`` (host arrays, see `beam_search`); raw (R,) and length (R,) the
-    sums of log-probabilities and the lengths the search scored them by."""
-    raw, length = raw.asnumpy(), length.asnumpy()
+    rows back through ``history`` (host arrays, see `beam_search`); ``beams`` as in
+    `beam_search`, whose raw (R,) and length (R,) the search scored them by."""
+    raw, length = beams[1].asnumpy(), beams[2].asnumpy()
     for group in onp.flatnonzero(done):
         hyps = []
         for row in range(group * K, group * K + K):

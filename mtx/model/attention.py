@@ -156,18 +156,23 @@ class MultiHeadAttention(HybridBlock):
         (R*H, cap, Dh) whose first t positions are valid, visible (R,) int32 = t + 1 ->
         (output (R, 1, D), the position's keys and values (R*H, 1, Dh) each, to be cached).
         The new key is scored beside the cache rather than written into it first, so a traced
-        graph never writes to its inputs: weights over [new, cache[:t]]."""
-        q_heads = transpose_qkv(self.W_q(queries), self.num_heads, F)  # (R*H, 1, Dh)
-        k_new, v_new = self.project_kv(F, queries, queries)  # (R*H, 1, Dh) each
+        graph never writes to its inputs: weights over [new, cache[:t]]. With one position
+        per row, splitting into heads and merging them back are reshapes (no transpose)."""
+        heads = self.head_dim
+
+        def split(x):  # (R, 1, H*Dh) -> (R*H, 1, Dh)
+            return ops.reshape(F, x, (-1, 1, heads))
+        q_heads, k_new, v_new = (split(w(queries)) for w in (self.W_q, self.W_k, self.W_v))
         new_score = F.np.sum(q_heads * k_new, axis=-1, keepdims=True)  # (R*H, 1, 1)
         cached_scores = F.npx.batch_dot(q_heads, k_cache, transpose_b=True)  # (R*H, 1, cap)
         scores = ops.scale(F, F.np.concatenate([new_score, cached_scores], axis=-1),
                            self.attention._scale)  # (R*H, 1, 1 + cap)
-        weights = masked_softmax(scores, F.np.repeat(visible, self.num_heads, axis=0), F)
+        lens = ops.reshape(F, F.np.repeat(visible, self.num_heads, axis=0), (-1, 1))
+        weights = F.npx.softmax(scores, length=lens, axis=-1, use_length=True)  # (R*H, 1, 1+cap)
         on_new = ops.legacy(F, "slice_axis", weights, axis=-1, begin=0, end=1)  # (R*H, 1, 1)
         on_cache = ops.legacy(F, "slice_axis", weights, axis=-1, begin=1, end=None)
         context = on_new * v_new + F.npx.batch_dot(on_cache, v_cache)  # (R*H, 1, Dh)
-        context = transpose_output(context, self.num_heads, F)  # (R, 1, H*Dh)
+        context = ops.reshape(F, context, (-1, 1, self.num_heads * heads))  # (R, 1, H*Dh)
         return self._output(F, context, head_gate), k_new, v_new
 
     def _output(self, F, context, head_gate):

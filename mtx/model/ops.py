@@ -57,5 +57,8 @@ def top_log_probs(F, logits, k, native):
     (``mtx_top_log_probs``, `mtx.kernels`), else MXNet's log_softmax then topk."""
     if native:
         out = F.mtx_top_log_probs(logits.as_nd_ndarray(), k=k)
+        if F is not nd:  # in a traced graph: the kernel has no gradient, and a graph over
+            # parameters that train is differentiated when it is built; stopped, it need not be
+            out = [F.BlockGrad(x) for x in (out[0], out[1])]
         return out[0].as_np_ndarray(), out[1].as_np_ndarray()
     return F.npx.topk(F.npx.log_softmax(logits, axis=-1), k=k, axis=-1, ret_typ="both")

@@ -123,11 +123,12 @@ class Transformer(HybridBlock):
         returned are valid until the next step."""
         return incremental.step(self, tokens, state)
 
-    def step_top(self, tokens, state, k, rows=None):
-        """Like `step`, but only each row's ``k`` most probable next tokens: (log-probabilities
-        (B*K, k), token ids (B*K, k) float32), best first (what the beam search needs); with
-        ``rows`` (host ints) only for those rows (`mtx.model.incremental.step_top`)."""
-        return incremental.step_top(self, tokens, state, k, rows)
+    def extend(self, state, then, more):
+        """One step of a search in one call: the tokens ``more[0]`` (B*K,) at position
+        state['t'] through the decoder, then the search's block ``then`` over each row's
+        ``then.C`` best next tokens and ``more[1:]`` -> ``then``'s outputs
+        (`mtx.model.incremental.extend`); advances the state."""
+        return incremental.extend(self, state, then, more)
 
     def reorder_state(self, state, rows, sentences=None):
         """Keep the decoder caches of hypotheses ``rows`` (R',) int32 of the R = sentences * K
