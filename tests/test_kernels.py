@@ -169,6 +169,43 @@ def test_fused_top_log_probs_match_log_softmax_then_topk(k):
     assert (onp.diff(ours[0], axis=1) <= 0).all()
 
 
+@needs_compiler
+@pytest.mark.parametrize("with_new", [False, True])
+def test_cached_attention_matches_the_softmax_over_the_valid_keys(with_new):
+    """mtx_cached_attention against the formula in NumPy: each query's softmax over the first
+    lens keys (with_new: the new key and the first lens - 1 cached ones), garbage past them
+    ignored, a group with no key all zeros; in a traced graph as imperatively."""
+    assert kernels.load()
+    rng = onp.random.RandomState(0)
+    N, Q, L, Dh, scale = 6, 1 if with_new else 3, 9, 8, 0.35
+    q, keys, values = (rng.normal(size=shape).astype("float32")
+                       for shape in ((N, Q, Dh), (N, L, Dh), (N, L, Dh)))
+    new_k, new_v = (rng.normal(size=(N, 1, Dh)).astype("float32") for _ in range(2))
+    lens = onp.array([0, 1, 2, 5, L, L + int(with_new)], dtype="float32")
+    want = onp.zeros((N, Q, Dh), dtype="float32")
+    for n in range(N):
+        cached = int(lens[n]) - int(with_new) if lens[n] else 0
+        keys[n, cached:], values[n, cached:] = 1e3, -1e3  # past the group's keys: not read
+        k = onp.concatenate([new_k[n], keys[n, :cached]]) if with_new else keys[n, :cached]
+        v = onp.concatenate([new_v[n], values[n, :cached]]) if with_new else values[n, :cached]
+        if len(k):
+            w = onp.exp(scale * q[n] @ k.T - (scale * q[n] @ k.T).max(axis=-1, keepdims=True))
+            want[n] = (w / w.sum(axis=-1, keepdims=True)) @ v
+    arrays = [np.array(a) for a in (q, keys, values, lens, new_k, new_v)]
+    new = (arrays[4], arrays[5]) if with_new else None
+    got = ops.cached_attention(mx_nd, *arrays[:4], scale, new).asnumpy()
+    onp.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert with_new or not got[0].any()  # no key at all: zeros
+
+    class Attend(nn.HybridBlock):
+        def hybrid_forward(self, F, *xs):
+            return ops.cached_attention(F, *xs[:4], scale, xs[4:] if with_new else None)
+    block = Attend()
+    block.hybridize(static_alloc=True)
+    traced = block(*arrays[:4], *(arrays[4:] if with_new else [])).asnumpy()
+    onp.testing.assert_array_equal(traced, got)
+
+
 def test_layer_norm_keeps_the_parameter_names_of_nn_layer_norm():
     """Checkpoints of models built with nn.LayerNorm load into models built with ours."""
     assert (sorted(LayerNorm(prefix="n_").collect_params())
@@ -260,7 +297,7 @@ def test_a_kernel_that_does_not_compile_falls_back_with_one_warning(tmp_path):
     status, warned = _run_model(cache, CXX=str(cxx))
     assert warned == 1
     assert status == {"native_layer_norm": False, "library": None,
-                      "reason": "compiling layer_norm.cc failed (broken-c++: error: no)"}
+                      "reason": "compiling the kernels failed (broken-c++: error: no)"}
     assert (cache.stat().st_mode & 0o777) == 0o700  # created private, with its parents
     assert not list(cache.glob("*.so"))
 

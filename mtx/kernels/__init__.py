@@ -2,9 +2,11 @@
 
 Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.model.layers.LayerNorm`,
 ``mtx_smoothed_ce`` (cross_entropy.cc), used by `mtx.training.loss.LabelSmoothedCrossEntropy`,
-``mtx_symmetric_kl`` (symmetric_kl.cc), used by `mtx.training.loss.SymmetricKL` (R-Drop), and
+``mtx_symmetric_kl`` (symmetric_kl.cc), used by `mtx.training.loss.SymmetricKL` (R-Drop),
 ``mtx_top_log_probs`` (top_log_probs.cc), used by `mtx.model.ops.top_log_probs` in the beam
-search. They are CPU-only; on a machine with a GPU, MXNet's CUDA operators run instead.
+search, and ``mtx_cached_attention`` (cached_attention.cc), used by
+`mtx.model.ops.cached_attention` in each decoding step's attention over the caches. They are
+CPU-only; on a machine with a GPU, MXNet's CUDA operators run instead.
 
 The sources are compiled on first use (or by ``make install``) with ``$CXX`` (default ``g++``;
 extra flags from ``$CXXFLAGS``) against the headers the MXNet wheel ships
@@ -48,7 +50,7 @@ from ..errors import FileWriteError
 
 SOURCES = [Path(__file__).with_name(name)
            for name in ("layer_norm.cc", "cross_entropy.cc", "symmetric_kl.cc",
-                        "top_log_probs.cc")]
+                        "top_log_probs.cc", "cached_attention.cc")]
 HEADERS = [Path(__file__).with_name(name) for name in ("fast_exp.h", "op_api.h")]
 FLAGS = ["-shared", "-fPIC", "-std=c++11", "-O3", "-march=native", "-fopenmp"]
 _status = {}  # this process's decision, made once by `load`
@@ -148,7 +150,7 @@ def build(target):
             status = getattr(err, "returncode", None)
             detail = next((line for line in lines if "error" in line), lines[-1] if lines else
                           f"{command[0]} exited with status {status}" if status else str(err))
-            raise _Unavailable(f"compiling {SOURCES[0].name} failed ({detail.strip()})") from None
+            raise _Unavailable(f"compiling the kernels failed ({detail.strip()})") from None
         digest = files.sha256_of(built)
         files.atomic_copy(built, target)
     files.atomic_write_text(record_path(target), f"{digest}  {target.name}\n")
@@ -220,7 +222,7 @@ def _try_load():
 
 
 def _fall_back(reason):
-    warnings.warn(f"mtx native kernels not used: {reason}. Running MXNet's LayerNorm, loss and "
-                  f"log-softmax/top-k operators (same results, slower).", NativeKernelWarning,
+    warnings.warn(f"mtx native kernels not used: {reason}. Running MXNet's LayerNorm, loss, "
+                  f"log-softmax/top-k and attention operators (same results, slower).", NativeKernelWarning,
                   stacklevel=4)
     return False, reason, None

@@ -139,41 +139,62 @@ class MultiHeadAttention(HybridBlock):
         return (transpose_qkv(self.W_k(keys), self.num_heads, F),
                 transpose_qkv(self.W_v(values), self.num_heads, F))
 
-    def attend(self, F, queries, keys, values, valid_lens=None, head_gate=None, kv_heads=None):
+    def attend(self, F, queries, keys, values, valid_lens=None, head_gate=None, kv_heads=None,
+               fused=False):
         """Like forward, and also returns the weights (B*H, Tq, Tk). ``kv_heads`` (from
-        `project_kv`) skips the key/value projections when they are cached."""
+        `project_kv`) skips the key/value projections when they are cached; with ``fused``
+        (and valid_lens (B,)) the native kernel attends to them (`ops.cached_attention`, no
+        dropout) and the weights are None."""
         q_heads = transpose_qkv(self.W_q(queries), self.num_heads, F)  # (B*H, Tq, Dh)
         k_heads, v_heads = kv_heads if kv_heads is not None else self.project_kv(F, keys, values)
         if valid_lens is not None:
             valid_lens = F.np.repeat(valid_lens, self.num_heads, axis=0)  # (B*H,) | (B*H, Tq)
-        context, attn_weights = self.attention(q_heads, k_heads, v_heads, valid_lens)
+        if fused:
+            context, attn_weights = ops.cached_attention(
+                F, q_heads, k_heads, v_heads, valid_lens.astype("float32"),
+                self.attention._scale), None
+        else:
+            context, attn_weights = self.attention(q_heads, k_heads, v_heads, valid_lens)
         context = transpose_output(context, self.num_heads, F)  # (B*H, Tq, Dh) -> (B, Tq, H*Dh)
         return self._output(F, context, head_gate), attn_weights  # (B, Tq, D), (B*H, Tq, Tk)
 
-    def attend_cached(self, F, queries, k_cache, v_cache, visible, head_gate=None):
+    def attend_cached(self, F, queries, k_cache, v_cache, visible, head_gate=None, fused=False):
         """Self-attention of one new position per row over itself and a cache of the earlier
         ones (incremental decoding, `mtx.model.incremental`): queries (R, 1, D), caches
         (R*H, cap, Dh) whose first t positions are valid, visible (R,) int32 = t + 1 ->
         (output (R, 1, D), the position's keys and values (R*H, 1, Dh) each, to be cached).
         The new key is scored beside the cache rather than written into it first, so a traced
         graph never writes to its inputs: weights over [new, cache[:t]]. With one position
-        per row, splitting into heads and merging them back are reshapes (no transpose)."""
+        per row, splitting into heads and merging them back are reshapes (no transpose). With
+        ``fused`` the native kernel attends, reading only the t valid positions of the cache
+        (`ops.cached_attention`)."""
         heads = self.head_dim
 
         def split(x):  # (R, 1, H*Dh) -> (R*H, 1, Dh)
             return ops.reshape(F, x, (-1, 1, heads))
         q_heads, k_new, v_new = (split(w(queries)) for w in (self.W_q, self.W_k, self.W_v))
+        lens = F.np.repeat(visible, self.num_heads, axis=0)  # (R*H,) t + 1
+        if fused:
+            context = ops.cached_attention(F, q_heads, k_cache, v_cache, lens.astype("float32"),
+                                           self.attention._scale, (k_new, v_new))
+        else:
+            context = self._attend_new_and_cache(F, q_heads, k_new, v_new, k_cache, v_cache,
+                                                 lens)
+        context = ops.reshape(F, context, (-1, 1, self.num_heads * heads))  # (R, 1, H*Dh)
+        return self._output(F, context, head_gate), k_new, v_new
+
+    def _attend_new_and_cache(self, F, q_heads, k_new, v_new, k_cache, v_cache, lens):
+        """`attend_cached`'s attention with MXNet's operators: q_heads, k_new, v_new
+        (R*H, 1, Dh), caches (R*H, cap, Dh), lens (R*H,) = t + 1 -> context (R*H, 1, Dh)."""
         new_score = F.np.sum(q_heads * k_new, axis=-1, keepdims=True)  # (R*H, 1, 1)
         cached_scores = F.npx.batch_dot(q_heads, k_cache, transpose_b=True)  # (R*H, 1, cap)
         scores = ops.scale(F, F.np.concatenate([new_score, cached_scores], axis=-1),
                            self.attention._scale)  # (R*H, 1, 1 + cap)
-        lens = ops.reshape(F, F.np.repeat(visible, self.num_heads, axis=0), (-1, 1))
-        weights = F.npx.softmax(scores, length=lens, axis=-1, use_length=True)  # (R*H, 1, 1+cap)
+        weights = F.npx.softmax(scores, length=ops.reshape(F, lens, (-1, 1)), axis=-1,
+                                use_length=True)  # (R*H, 1, 1 + cap)
         on_new = ops.legacy(F, "slice_axis", weights, axis=-1, begin=0, end=1)  # (R*H, 1, 1)
         on_cache = ops.legacy(F, "slice_axis", weights, axis=-1, begin=1, end=None)
-        context = on_new * v_new + F.npx.batch_dot(on_cache, v_cache)  # (R*H, 1, Dh)
-        context = ops.reshape(F, context, (-1, 1, self.num_heads * heads))  # (R, 1, H*Dh)
-        return self._output(F, context, head_gate), k_new, v_new
+        return on_new * v_new + F.npx.batch_dot(on_cache, v_cache)  # (R*H, 1, Dh)
 
     def _output(self, F, context, head_gate):
         """W_o of the heads' context (B, Tq, H*Dh) -> (B, Tq, D), each head scaled by its gate.

@@ -56,22 +56,25 @@ class DecoderBlock(HybridBlock):
                                                   cross_gate))
         return Y, self_weights, cross_weights
 
-    def step(self, F, y, self_cache, cross_cache, visible, src_valid_len, head_gates, beam_size):
+    def step(self, F, y, self_cache, cross_cache, visible, src_valid_len, head_gates, beam_size,
+             fused=False):
         """One position of R = B*K hypotheses (rows b*K + k): y (R, 1, D) -> (R, 1, D), the
         position's self-attention keys and values (R*H, 1, Dh) each (the caller caches them),
         and the cross-attention weights (B*H, K, S). ``self_cache``: this layer's keys and
         values of the t earlier positions, (R*H, cap, Dh) each, visible (R,) = t + 1;
         ``cross_cache``: the source's, (B*H, S, Dh) each: the K queries of a sentence attend to
-        them as one (B, K, D) batch."""
+        them as one (B, K, D) batch. With ``fused`` both attentions run in the native kernel
+        (`mtx.model.ops.cached_attention`) and the cross-attention weights are None."""
         self_gate, cross_gate = self._gates(head_gates)
 
         def attend_source(h):  # (R, 1, D) -> (B, K, D) queries -> (R, 1, D)
             out, weights = self.cross_attention.attend(
                 F, ops.reshape(F, h, (-1, beam_size, -2)), None, None, src_valid_len,
-                cross_gate, kv_heads=cross_cache)
+                cross_gate, kv_heads=cross_cache, fused=fused)
             return ops.reshape(F, out, (-1, 1, -2)), weights
         y, (k_new, v_new), cross_weights = self._sublayers(
-            y, lambda h: self.self_attention.attend_cached(F, h, *self_cache, visible, self_gate),
+            y, lambda h: self.self_attention.attend_cached(F, h, *self_cache, visible, self_gate,
+                                                           fused),
             attend_source)
         return y, (k_new, v_new), cross_weights
 

@@ -50,6 +50,8 @@ class DecodingStep(HybridBlock):
         super().__init__(**kwargs)
         self.beam_size, self.gated, self.layers = beam_size, gated, len(model.decoder.blocks)
         self.native = kernels.load()
+        # the native attention over the caches, where no attention weights are returned
+        self.fused = self.native and then != "log_probs"
         self.embed, self.decoder, self.output = model.tgt_embed, model.decoder, model.output
         self.then = then  # a str, or a Block registered as a child
 
@@ -64,7 +66,8 @@ class DecodingStep(HybridBlock):
         for i, block in enumerate(self.decoder.blocks):
             self_k, self_v, cross_k, cross_v = caches[4 * i:4 * i + 4]
             y, kv, cross_weights = block.step(F, y, (self_k, self_v), (cross_k, cross_v),
-                                              visible, src_valid_len, gates, self.beam_size)
+                                              visible, src_valid_len, gates, self.beam_size,
+                                              self.fused)
             new_kv.extend(kv)
         if self.decoder.pre_norm:
             y = self.decoder.final_norm(y)

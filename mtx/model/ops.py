@@ -62,3 +62,17 @@ def top_log_probs(F, logits, k, native):
             out = [F.BlockGrad(x) for x in (out[0], out[1])]
         return out[0].as_np_ndarray(), out[1].as_np_ndarray()
     return F.npx.topk(F.npx.log_softmax(logits, axis=-1), k=k, axis=-1, ret_typ="both")
+
+
+def cached_attention(F, q, keys, values, lens, scale, new=None):
+    """One decoding step's attention in mtx's native kernel (``mtx_cached_attention``,
+    `mtx.kernels`): q (N, Q, Dh) over the first ``lens`` (N,) float32 keys of keys and values
+    (N, L, Dh), or with ``new`` (new keys, new values (N, 1, Dh) each; Q = 1) over the new
+    key and the first lens - 1 cached ones -> context (N, Q, Dh). Reads only the valid
+    positions; no weights are returned."""
+    new_k, new_v = new if new is not None else (q, q)
+    out = F.mtx_cached_attention(*(a.as_nd_ndarray() for a in (q, keys, values, lens, new_k, new_v)),
+                                 scale=scale, with_new=int(new is not None))
+    if F is not nd:  # no gradient: see `top_log_probs`
+        out = F.BlockGrad(out)
+    return out.as_np_ndarray()
