@@ -6,6 +6,8 @@
     pytorch, pytorch-bf16, pytorch-compile   a plain PyTorch model's (`torch_peer`)
     ct2-float32, ct2-int8, ct2-int8-as-float32   a trained run exported to CTranslate2
                       (`mtx.deploy`); the last computes the int8 export in float32
+    ct2-float32-defaults   the float32 export called as CTranslate2's users call it
+                      (`ct2_defaults`)
 
 Training: target tokens/s of consecutive steps on the common batches after the warm-up steps,
 the median over windows of at least WINDOW_SECONDS; model FLOP/s (`flops`) against the GEMM
@@ -35,7 +37,7 @@ MTX_PRECISIONS = {"mtx": "float32", "mtx-bf16": "bfloat16"}
 # the export's quantization and CTranslate2's compute type ("float32": int8 weights dequantized
 # at load, as mtx-translate computes an int8 export on a CPU without VNNI)
 CT2 = {"ct2-float32": ("float32", "default"), "ct2-int8": ("int8", "default"),
-       "ct2-int8-as-float32": ("int8", "float32")}
+       "ct2-int8-as-float32": ("int8", "float32"), "ct2-float32-defaults": ("float32", "default")}
 TRAIN_IMPLS = (*MTX_PRECISIONS, *PEERS, *TORCH_PEERS)
 # `make bench` / mtx-bench train without --impl (PyTorch's when it is installed)
 TRAIN_DEFAULT = ("mtx", "mtx-bf16", "gluonnlp", "d2l", "pytorch", "pytorch-bf16")
@@ -185,6 +187,7 @@ def run_translators(name, run_dir, tmp_dir):
         from ..config import DecodeConfig
         from ..deploy import require
         from ..deploy.backend import CTranslate2Translator
+        from .ct2_defaults import DefaultsTranslator
         require()  # the install hint, before a process is started
         model_dir = Path(tmp_dir) / name
         done = subprocess.run([sys.executable, "-m", "mtx.commands.export", f"ckpt={run_dir}",
@@ -193,7 +196,8 @@ def run_translators(name, run_dir, tmp_dir):
         if done.returncode != 0:
             raise ConfigError(f"exporting {run_dir} failed: "
                               f"{(done.stderr.strip().splitlines() or [done.returncode])[-1]}")
-        return CTranslate2Translator(model_dir, DecodeConfig(), compute=CT2[name][1]).with_settings
+        kind = DefaultsTranslator if name.endswith("-defaults") else CTranslate2Translator
+        return kind(model_dir, DecodeConfig(), compute=CT2[name][1]).with_settings
     import mxnet as mx
     from ..model.precision import set_precision
     from ..decoding.search import Translator, load_decoder
