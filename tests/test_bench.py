@@ -93,6 +93,35 @@ def test_training_rounds_interleave_and_pair_the_ratios(monkeypatch, capsys):
     assert "the model's own products" in printed and "200.0 GFLOP/s float32" in printed
 
 
+def test_decoding_rounds_interleave_children_and_pair_their_seconds(monkeypatch, capsys, tmp_path):
+    """Several decoders: each child translates one round, the children in turn, --rounds times;
+    each row keeps its fastest round of each search and every round's seconds, and each pair
+    its per-round ratios of seconds (not the ratio of the best rounds)."""
+    seconds = {"mtx": iter([(10.0, 4.0), (12.0, 3.0)]),
+               "ct2-float32": iter([(8.0, 2.0), (6.0, 2.0)])}
+    calls = []
+
+    def child(command, *args, cwd=None):
+        options = dict(zip(args[::2], args[1::2]))
+        calls.append(options)
+        beam, greedy = next(seconds[options["--impl"]])
+        return {"decode": {options["--impl"]: {"sentences": 9, "beam5_seconds": beam,
+                                               "beam5_sacrebleu": 30.0 + beam,
+                                               "greedy_seconds": greedy}}}
+    monkeypatch.setattr(rounds, "run_child", child)
+    out = tmp_path / "r.json"
+    main(["decode", "--run", str(tmp_path), "--impl", "mtx,ct2-float32", "--rounds", "2",
+          "--out", str(out)])
+    assert [(c["--impl"], c["--rounds"]) for c in calls] == [("mtx", 1), ("ct2-float32", 1)] * 2
+    report = json.loads(out.read_text())
+    mtx = report["decode"]["mtx"]
+    assert (mtx["beam5_seconds"], mtx["beam5_sacrebleu"], mtx["greedy_seconds"]) == (10.0, 40.0, 3.0)
+    assert mtx["beam5_rounds"] == "10.0, 12.0"
+    assert report["decode_ratios"]["mtx / ct2-float32 (beam5 seconds)"]["rounds"] == [1.25, 2.0]
+    printed = capsys.readouterr().out
+    assert "| mtx / ct2-float32 (greedy seconds) | 1.75 | 1.5 | 2.0 | 2.0, 1.5 |" in printed
+
+
 def test_another_revision_runs_in_its_checkout_and_is_paired(monkeypatch, capsys):
     """`mtx@HEAD`: every round runs it in its checkout (faked here: a real one is a git worktree),
     beside mtx from this one, and pairs the two round by round."""

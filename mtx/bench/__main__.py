@@ -14,9 +14,11 @@ here, several each in a child, training in interleaved rounds with paired ratios
 IMPL@REV is IMPL at git revision REV; mtx:KEY=VALUE[:KEY=VALUE...] (or mtx-bf16:...) trains with
 those training settings (`mtx.config.TrainConfig`), e.g. --impl mtx-bf16,mtx-bf16:rdrop_alpha=5
 for what R-Drop costs. DNNL_MAX_CPU_ISA=AVX2 in front measures as a CPU without AVX-512 would.
-Decoding: the run's test split with beam 5 and greedily, best of --rounds; several runs are
-translated by one mtx implementation in one process, in interleaved rounds (a smaller model
-against a larger one). Tables go to stdout.
+Decoding: the run's test split with beam 5 and greedily, best of --rounds; several
+implementations each in a child process, one round a child, the children in turn (--rounds
+times), with the pairs' per-round ratios of seconds; several runs are translated by one mtx
+implementation in one process, in interleaved rounds (a smaller model against a larger one).
+Tables go to stdout.
 """
 import argparse
 import logging
@@ -28,7 +30,7 @@ from ..commands.paths import writable_file
 from ..errors import ConfigError
 from . import rounds, tables
 from .inputs import DEFAULT_DATA, DEFAULT_MODEL
-from .measure import (DECODE_DEFAULT, DECODE_IMPLS, MTX_PRECISIONS, TRAIN_DEFAULT, TRAIN_IMPLS,
+from .measure import (DECODE_DEFAULT, DECODE_IMPLS, MTX_PRECISIONS, RUN_BEAMS, TRAIN_DEFAULT, TRAIN_IMPLS,
                       decode_runs, describe, measure, train_settings)
 from .corpus import measure_corpus
 from .serve import measure_serve
@@ -88,9 +90,11 @@ def run_measurement(args):
     elif kind == "train":
         report = {"machine": describe(), **rounds.training_rounds(args, names)}
     else:
-        report = {"machine": describe(), kind: rounds.in_children(kind, args, names)}
+        report = {"machine": describe(), **rounds.decoding_rounds(args, names, RUN_BEAMS)}
     table = (tables.rounds_table(report) if "train_ratios" in report else
              tables.results_table(report[kind]))
+    if report.get("decode_ratios"):
+        table += "\n\n" + tables.ratios_table(report["decode_ratios"], "paired ratio (time)")
     header = [tables.machine_line(report["machine"]), tables.kernels_line(report[kind])]
     return report, "\n".join(filter(None, header)) + "\n\n" + table
 

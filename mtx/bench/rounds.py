@@ -6,8 +6,10 @@ temporary detached git worktree of this checkout at REV (removed at exit), so it
 revision's code (``python -m`` puts the working directory first on ``sys.path``). Training with
 several implementations runs every one in turn, --rounds times: a drifting machine moves both
 sides of a pair alike, so each gets its median round and each pair the median of its per-round
-ratios.
+ratios. Decoding with several implementations runs the same way, one round a child, each with
+its fastest round and the pairs' per-round ratios of seconds.
 """
+import argparse
 import atexit
 import json
 import logging
@@ -111,12 +113,44 @@ def median_round(rounds):
     return {**middle, "rounds": [{"tok_s": r["tok_s"], "gflop_s": r["gflop_s"]} for r in rounds]}
 
 
-def paired_ratios(per_round, a, b):
-    """{"<a> / <b>": {median, min, max, rounds}} of tok/s, round by round ({} if one failed)."""
-    pairs = [x["tok_s"] / y["tok_s"] for x, y in zip(per_round[a], per_round[b])
-             if "tok_s" in x and "tok_s" in y]
+def paired_ratios(per_round, a, b, key="tok_s", label=""):
+    """{"<a> / <b><label>": {median, min, max, rounds}} of ``key``, round by round ({} if one
+    failed)."""
+    pairs = [x[key] / y[key] for x, y in zip(per_round[a], per_round[b])
+             if x.get(key) and y.get(key)]
     if not pairs:
         return {}
-    return {f"{a} / {b}": {"median": round(float(onp.median(pairs)), 3),
-                           "min": round(min(pairs), 3), "max": round(max(pairs), 3),
-                           "rounds": [round(p, 3) for p in pairs]}}
+    return {f"{a} / {b}{label}": {"median": round(float(onp.median(pairs)), 3),
+                                  "min": round(min(pairs), 3), "max": round(max(pairs), 3),
+                                  "rounds": [round(p, 3) for p in pairs]}}
+
+
+def decoding_rounds(args, names, columns):
+    """``names`` each translating in a child of its own, one round a child, the children in
+    turn, ``args.rounds`` times (interleaved process by process) -> {"decode": {name: for each
+    column prefix in ``columns`` (beam5, greedy) the fields of its fastest round, with
+    "<prefix>_rounds": every round's seconds}, "decode_ratios": the first implementation's
+    seconds over each other's, round by round}."""
+    one_round = argparse.Namespace(**{**vars(args), "rounds": 1})
+    per_round = {name: [] for name in names}
+    for r in range(args.rounds):
+        log.info("round %d of %d", r + 1, args.rounds)
+        for name, result in in_children("decode", one_round, names).items():
+            per_round[name].append(result)
+    best = {}
+    for name, results in per_round.items():
+        timed = [x for x in results if "error" not in x] or results[:1]
+        row = dict(timed[-1])
+        for prefix in columns:
+            seconds = f"{prefix}_seconds"
+            if all(seconds in x for x in timed):
+                row.update({k: v for k, v in min(timed, key=lambda x: x[seconds]).items()
+                            if k.startswith(prefix)})
+                row[f"{prefix}_rounds"] = ", ".join(str(x[seconds]) for x in timed)
+        best[name] = row
+    ratios = {}
+    for other in names[1:]:
+        for prefix in columns:
+            ratios.update(paired_ratios(per_round, names[0], other, f"{prefix}_seconds",
+                                        f" ({prefix} seconds)"))
+    return {"decode": best, "decode_ratios": ratios}

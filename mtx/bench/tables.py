@@ -49,12 +49,17 @@ def rounds_table(report):
                      r["gflop_s"], *(_share(r["gflop_s"], r.get(key)) for key in (
                          "gemm_peak_gflop_s", "gemm_peak_bf16_gflop_s", "model_gemm_gflop_s",
                          "model_gemm_bf16_gflop_s"))])
-    ratios = [[pair, x["median"], x["min"], x["max"], ", ".join(map(str, x["rounds"]))]
-              for pair, x in report["train_ratios"].items()]
     return "\n\n".join(["\n".join(lines), table(
         ["implementation", "tok/s (median round)", "per round", "GFLOP/s", "MFU fp32",
-         "MFU bf16", "of own products fp32", "of own products bf16"], rows), table(
-        ["paired ratio (tok/s)", "median", "min", "max", "per round"], ratios)])
+         "MFU bf16", "of own products fp32", "of own products bf16"], rows),
+        ratios_table(report["train_ratios"], "paired ratio (tok/s)")])
+
+
+def ratios_table(ratios, what):
+    """`rounds.paired_ratios` results: a row per pair with its median, min, max and rounds."""
+    return table([what, "median", "min", "max", "per round"],
+                 [[pair, x["median"], x["min"], x["max"], ", ".join(map(str, x["rounds"]))]
+                  for pair, x in ratios.items()])
 
 
 def _peak_line(what, fp32, bf16):
