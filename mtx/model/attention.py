@@ -168,10 +168,8 @@ class MultiHeadAttention(HybridBlock):
         per row, splitting into heads and merging them back are reshapes (no transpose). With
         ``fused`` the native kernel attends, reading only the t valid positions of the cache
         (`ops.cached_attention`)."""
-        heads = self.head_dim
-
         def split(x):  # (R, 1, H*Dh) -> (R*H, 1, Dh)
-            return ops.reshape(F, x, (-1, 1, heads))
+            return ops.reshape(F, x, (-1, 1, self.head_dim))
         q_heads, k_new, v_new = (split(w(queries)) for w in (self.W_q, self.W_k, self.W_v))
         lens = F.np.repeat(visible, self.num_heads, axis=0)  # (R*H,) t + 1
         if fused:
@@ -180,7 +178,7 @@ class MultiHeadAttention(HybridBlock):
         else:
             context = self._attend_new_and_cache(F, q_heads, k_new, v_new, k_cache, v_cache,
                                                  lens)
-        context = ops.reshape(F, context, (-1, 1, self.num_heads * heads))  # (R, 1, H*Dh)
+        context = ops.reshape(F, context, (-1, 1, self.num_heads * self.head_dim))  # (R, 1, H*Dh)
         return self._output(F, context, head_gate), k_new, v_new
 
     def _attend_new_and_cache(self, F, q_heads, k_new, v_new, k_cache, v_cache, lens):
