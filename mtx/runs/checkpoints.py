@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import faults
 from .resume import old_module_paths
-from ..typecheck import renamed
+from ..typecheck import renamed, to_keys
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..files import (
@@ -131,7 +131,7 @@ class CheckpointStore(CheckpointFolder):
         faults.point("checkpoint")
         manifest = dict(meta, format=MANIFEST_FORMAT, files=files, sha256=sha,
                         state=None if state is None else dataclasses.asdict(state),
-                        config=dataclasses.asdict(model.cfg))
+                        config=to_keys(model.cfg))
         atomic_write_json(self.folder / f"{name}.json", manifest, RESUME_HINT)
         return manifest
 
@@ -162,7 +162,7 @@ class CheckpointStore(CheckpointFolder):
             if sha256_of(file) != sha.get(kind):
                 raise CheckpointError(f"{file.name}: checksum mismatch with {path.name} "
                                       f"(truncated or corrupted file); use another checkpoint")
-        if written_for != dataclasses.asdict(model_cfg or self.model_config()):
+        if written_for != to_keys(model_cfg or self.model_config()):
             raise CheckpointError(f"{path}: written for a different model config than "
                                   f"{self.folder.parent / 'model.json'}; do not mix runs")
         manifest["paths"] = files

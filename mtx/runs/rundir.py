@@ -11,7 +11,6 @@
 
 What a resume must keep is `mtx.runs.resume`'s.
 """
-import dataclasses
 import re
 from pathlib import Path
 
@@ -35,8 +34,9 @@ def read_config(cls, path, what):
 
 
 def run_identity(model_cfg, data_cfg, tokenizer_sha256):
-    """What changes the meaning of a run's weights; a resumed run must have the same."""
-    return {"model": dataclasses.asdict(model_cfg), "data": data_cfg.name,
+    """What changes the meaning of a run's weights; a resumed run must have the same. A config
+    is kept under the keys users type (`to_keys`), which a renamed setting's ``RENAMED`` maps."""
+    return {"model": to_keys(model_cfg), "data": data_cfg.name,
             "src_lang": data_cfg.src_lang, "tgt_lang": data_cfg.tgt_lang,
             "tokenizer_sha256": tokenizer_sha256}
 
@@ -78,7 +78,7 @@ class RunDir:
 
     def write_model_config(self, model_cfg):
         """model.json: the ModelConfig that rebuilds the run's model (atomically)."""
-        atomic_write_json(self.path / "model.json", dataclasses.asdict(model_cfg))
+        atomic_write_json(self.path / "model.json", to_keys(model_cfg))
 
     def data_config(self):
         """The run's DataConfig, or None for a run without data.json (one built in code)."""
