@@ -238,7 +238,7 @@ def test_not_ready_while_the_queue_is_full_and_after_the_model_thread_died():
 
 def test_past_its_deadline_a_request_is_504_and_its_work_is_dropped():
     import asyncio
-    from mtx.serving.bodies import RequestError
+    from mtx.serving.answers import RequestError
     engine = _Engine()
     service = _service(engine, request_seconds=0.2)
     service.start()
@@ -255,7 +255,7 @@ def test_past_its_deadline_a_request_is_504_and_its_work_is_dropped():
 
 def test_a_client_that_goes_away_frees_the_model():
     import asyncio
-    from mtx.serving.bodies import RequestError
+    from mtx.serving.answers import RequestError
     engine = _Engine()
     service = _service(engine)
     service.start()
@@ -277,7 +277,7 @@ def test_a_client_that_goes_away_frees_the_model():
 
 def test_the_shutdown_deadline_answers_what_is_still_waiting_with_503():
     import asyncio
-    from mtx.serving.bodies import RequestError
+    from mtx.serving.answers import RequestError
     engine = _Engine()
     service = _service(engine, request_seconds=600)
     service.start()

@@ -14,9 +14,10 @@ from pydantic import ValidationError  # noqa: E402  (pydantic comes with FastAPI
 from mtx.commands.serve import check_address  # noqa: E402
 from mtx.config import DecodeConfig, ModelConfig  # noqa: E402
 from mtx.errors import ConfigError  # noqa: E402
-from mtx.serving.bodies import (AttentionBody, RequestError, TranslateBody,  # noqa: E402
-                                check_decode_defaults, check_gates, check_work, sentence_ids,
-                                settings, validation_message)
+from mtx.serving.answers import RequestError  # noqa: E402
+from mtx.serving.bodies import (AttentionBody, TranslateBody, check_gates,  # noqa: E402
+                                sentence_ids, settings, validation_message)
+from mtx.serving.limits import check_decode_defaults, check_work  # noqa: E402
 from mtx.serving.server import bind  # noqa: E402
 from mtx.serving.settings import Limits  # noqa: E402
 from mtx.heads.files import head_study  # noqa: E402

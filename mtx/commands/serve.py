@@ -53,7 +53,7 @@ def serve(cfg):
     """Load the run ``cfg.ckpt``, warm it up, and serve it on ``cfg.host``:``cfg.port``."""
     check_serving_installed()
     from ..serving.access import check_bind
-    from ..serving.bodies import check_decode_defaults
+    from ..serving.limits import check_decode_defaults
     from ..serving.server import bind, serve as run_server
     from ..serving.service import build_service
     check_address(cfg)

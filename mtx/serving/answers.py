@@ -18,6 +18,15 @@ SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy"
 INTERNAL_ERROR = ("internal error; this is a bug, please report it with the server's log")
 
 
+class RequestError(ValueError):
+    """A request that cannot be served: ``status`` (4xx, or 503 when busy or stopping) and a
+    one-line message, answered as `error` answers."""
+
+    def __init__(self, message, status=422, headers=None):
+        super().__init__(message)
+        self.status, self.headers = status, headers
+
+
 def error(status, message, headers=None):
     """The app's JSON error answer, ``{"error": message}`` with ``status`` (a Starlette response;
     the ASGI middleware before the app answers with `json_answer`)."""

@@ -27,8 +27,8 @@ from starlette.exceptions import HTTPException
 from ..errors import MtxError
 from .access import AUTHORIZED, AccessCheck
 from .admission import Admission
-from .answers import Outermost, error, printable
-from .bodies import AttentionBody, RequestError, TranslateBody, validation_message
+from .answers import Outermost, RequestError, error, printable
+from .bodies import AttentionBody, TranslateBody, validation_message
 from .intake import BodyCheck, parsed_body
 from .routes import ROUTES, listing
 

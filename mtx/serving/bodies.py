@@ -2,8 +2,9 @@
 
 FastAPI checks the JSON's shape against the bodies below (strict types: "5" is not a number,
 true is not an integer; unknown fields are refused); `settings` and `sentence_ids` then check it
-against the model and the server's limits. Every problem is a `RequestError`: an HTTP status
-and one line naming the field and what it should be. Nothing in a request names a file.
+against the model and the server's limits (`mtx.serving.limits`). Every problem is a
+`RequestError`: an HTTP status and one line naming the field and what it should be. Nothing in
+a request names a file.
 """
 import dataclasses
 import math
@@ -12,45 +13,12 @@ from typing import List, Optional
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ConfigError
+from .answers import RequestError
 from .engine import Settings
+from .limits import check_beam, check_sentence_count, check_sentence_lengths
 
 
 SETTING_DECIMALS = 2  # length_penalty and gates are rounded to this (`settings`)
-
-
-class RequestError(ValueError):
-    """A request that cannot be served: ``status`` (4xx, or 503 when busy or stopping) and a
-    one-line message."""
-
-    def __init__(self, message, status=422, headers=None):
-        super().__init__(message)
-        self.status, self.headers = status, headers
-
-
-def request_work(ids, beam_size):
-    """The work of sentences (lists of source ids) decoded at ``beam_size``."""
-    return sum(len(sentence) + 1 for sentence in ids) * beam_size
-
-
-def check_work(ids, beam_size, limits):
-    """413 naming the limit when the request's work is over ``limits.max_request_work``."""
-    work = request_work(ids, beam_size)
-    if work > limits.max_request_work:
-        raise RequestError(f"the request is {work} subwords x beam of work (its sentences' "
-                           f"subwords with EOS, times beam {beam_size}); this server takes at most "
-                           f"{limits.max_request_work} (limits.max_request_work): send fewer "
-                           f"sentences or a smaller beam_size", status=413)
-    return work
-
-
-def check_decode_defaults(decode_cfg, limits):
-    """The server's decode.* are what a request without its own settings gets: they must be
-    within what a request may ask for, or every such request would be refused (`DecodeConfig`
-    has checked the rest)."""
-    if decode_cfg.beam_size > limits.max_beam_size:
-        raise ConfigError(f"decode.beam_size={decode_cfg.beam_size} is above "
-                          f"limits.max_beam_size={limits.max_beam_size}: lower the one or raise "
-                          f"the other")
 
 
 class _Decoding(BaseModel):
@@ -76,8 +44,7 @@ def settings(body, limits, decode_cfg, model_cfg):
     The decoding values are checked by `DecodeConfig`, as on the command line; the server
     adds its own limit of the beam."""
     beam = decode_cfg.beam_size if body.beam_size is None else body.beam_size
-    if not 1 <= beam <= limits.max_beam_size:
-        raise RequestError(f"beam_size={beam}: give 1 to {limits.max_beam_size}")
+    check_beam(beam, limits)
     alpha = decode_cfg.length_penalty if body.length_penalty is None else body.length_penalty
     nbest = getattr(body, "nbest", 1)
     try:
@@ -116,15 +83,9 @@ def check_gates(gates, model_cfg):
 
 
 def sentence_ids(engine, lines, limits):
-    """Sentences -> their source ids, checked: 1 to max_sentences of them, none longer than
-    limits.max_sentence_subwords (at most the model's positions; the command-line translate
-    cuts such a line, the API refuses it)."""
-    if not lines:
-        raise RequestError("text is an empty list; give 1 to "
-                           f"{limits.max_sentences} sentences")
-    if len(lines) > limits.max_sentences:
-        raise RequestError(f"text has {len(lines)} sentences; give at most "
-                           f"{limits.max_sentences} per request", status=413)
+    """Sentences -> their source ids, checked against ``limits`` (`mtx.serving.limits`) and
+    for text that UTF-8 cannot carry."""
+    check_sentence_count(len(lines), limits)
     for i, line in enumerate(lines):
         try:
             line.encode("utf-8")
@@ -132,12 +93,7 @@ def sentence_ids(engine, lines, limits):
             raise RequestError(f"text[{i}] is not valid Unicode ({err.reason} at character "
                                f"{err.start}): send the text as UTF-8") from None
     ids = engine.encode(lines)
-    most = limits.max_sentence_subwords or engine.max_src_len
-    for i, sentence in enumerate(ids):
-        if len(sentence) > most:
-            raise RequestError(f"text[{i}] has {len(sentence)} subwords; this server takes "
-                               f"sentences of at most {most} (limits.max_sentence_subwords): "
-                               f"split the sentence", status=413)
+    check_sentence_lengths(ids, limits, engine.max_src_len)
     return ids
 
 

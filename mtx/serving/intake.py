@@ -10,8 +10,8 @@ import time
 
 from pydantic import ValidationError
 
-from .answers import error
-from .bodies import RequestError, validation_message
+from .answers import RequestError, error
+from .bodies import validation_message
 from .headers import json_media_type, values
 from .routes import route_of
 

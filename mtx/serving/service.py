@@ -12,9 +12,10 @@ import logging
 import time
 
 from ..hardware.devices import use_numpy_interface
-from ..errors import ConfigError
 from ..heads.files import head_study
-from .bodies import RequestError, check_work, sentence_ids, settings
+from .answers import RequestError
+from .bodies import sentence_ids, settings
+from .limits import check_limits_fit, check_work
 from .engine import ATTENTION, TRANSLATE, Engine
 from .batcher import Batcher
 from .work import attention_work, split_work, translations
@@ -203,13 +204,3 @@ def build_service(model, tokenizer, ctx, decode_cfg, data_cfg, limits, batching,
     info = describe(model, data_cfg, decode_cfg, limits, checkpoint, precision)
     return Service(engine, limits, batching, info, head_study(run_dir, model.cfg))
 
-
-def check_limits_fit(limits, decode_cfg):
-    """A sentence of the longest length at the default beam must be within the work limit, or
-    every such request would be refused."""
-    longest = (limits.max_sentence_subwords + 1) * decode_cfg.beam_size
-    if longest > limits.max_request_work:
-        raise ConfigError(f"limits.max_request_work={limits.max_request_work} is below one "
-                          f"sentence of limits.max_sentence_subwords="
-                          f"{limits.max_sentence_subwords} at decode.beam_size="
-                          f"{decode_cfg.beam_size} ({longest}): raise it, or lower the others")

@@ -1,6 +1,6 @@
 """A request as the model's work: its parts, what it is charged, and its answer's JSON."""
 from ..decoding.search_rules import output_limits
-from .bodies import RequestError, check_work
+from .limits import check_attention, check_work
 
 
 WEIGHT_BYTES = 6  # one weight in /attention's JSON at most: "0.123,"
@@ -20,21 +20,9 @@ def attention_bytes(engine, src_len):
 
 def attention_work(engine, ids, beam_size, limits):
     """The work an /attention sentence (its source ids) is charged in the queue: its decoding
-    plus a kilobyte of answer as one subword x beam; 422/413 when it is empty or over
-    ``limits.max_attention_subwords`` or ``limits.max_attention_bytes``."""
-    if not ids:
-        raise RequestError("text is empty; give a sentence")
-    most = limits.max_attention_subwords
-    if len(ids) > most:
-        raise RequestError(f"text has {len(ids)} subwords; /attention shows sentences of at "
-                           f"most {most} (limits.max_attention_subwords): give a shorter "
-                           f"one", status=413)
+    plus a kilobyte of answer as one subword x beam; checked against ``limits``."""
     answer_bytes = attention_bytes(engine, len(ids))
-    if answer_bytes > limits.max_attention_bytes:
-        raise RequestError(f"/attention's answer for {len(ids)} subwords could be "
-                           f"{answer_bytes:,} bytes; this server sends at most "
-                           f"{limits.max_attention_bytes:,} (limits.max_attention_bytes): give "
-                           f"a shorter sentence", 413)
+    check_attention(len(ids), answer_bytes, limits)
     return check_work([ids], beam_size, limits) + answer_bytes // 1024
 
 
