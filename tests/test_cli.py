@@ -184,7 +184,7 @@ CASES = {
     "train-group-given-a-value": ("train", ["model=5"], "model=5: that is a group of settings"),
     "train-no-gpu": ("train", ["device=gpu"], "device=gpu but MXNet sees 0 GPU(s)"),
     "train-unknown-device": ("train", ["device=tpu"], "device=tpu is not a device name"),
-    "train-seed-not-an-integer": ("train", ["seed=1.5"], "seed=1.5: give an integer"),
+    "train-seed-not-an-integer": ("train", ["seed=1.5"], "seed=1.5 has type float; expected int"),
     "train-max-len-leaves-no-pair": ("train", ["data.max_len=2"],
                                      "data.max_len=2 leaves no training pair"),
     "translate-no-ckpt": ("translate", [], "ckpt= is required: pass a training run directory"),

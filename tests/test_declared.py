@@ -9,13 +9,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from mtx.commands.declared import GROUPS, ROOTS, compose
-from mtx.commands.entry import typed
-from mtx.commands.heads import study_settings
+from mtx.commands.entry import typed, typed_keys
 from mtx.typecheck import declared, key_of
 from tests.conftest import ROOT, run_command
 
 CONF = ROOT / "conf"
 COMMAND_OF = {"limits": "serve", "access": "serve", "batching": "serve"}  # else train
+ROOT_COMMAND = {"train_declared": "train", "device_declared": "translate", "heads_declared": "heads"}
 # values a setting only takes beside others (its bounds are checked against them)
 WITH = {"data.train": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.valid=v"],
         "data.valid": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.train=t"],
@@ -56,11 +56,11 @@ def _settings():
     for group, cls in GROUPS.items():
         for f in dataclasses.fields(cls):
             yield COMMAND_OF.get(group, "train"), f"{group}.", group, f
-    for cls in ROOTS.values():
+    for root, cls in ROOTS.items():
         for f in dataclasses.fields(cls):
             if not dataclasses.is_dataclass(f.default_factory()
                                             if f.default is dataclasses.MISSING else f.default):
-                yield "heads", "", None, f
+                yield ROOT_COMMAND[root], "", root, f
 
 
 def _hydra(value):
@@ -76,11 +76,12 @@ def _hydra(value):
                          ids=lambda x: getattr(x, "name", None) or str(x))
 def test_every_declared_setting_is_set_from_the_command_line(command, prefix, group, f):
     key = prefix + key_of(f)
-    default = declared(GROUPS[group] if group else ROOTS["heads_declared"])[key_of(f)]
+    cls = ROOTS.get(group) or GROUPS[group]
+    default = declared(cls)[key_of(f)]
     value = EXAMPLE.get(key, _another_value(f, default))
     required = [] if command == "train" else ["ckpt=x"]
     cfg = compose(command, [*required, *WITH.get(key, []), f"{key}={_hydra(value)}"])
-    settings = typed(cfg, group) if group else study_settings(cfg)
+    settings = typed_keys(cfg, cls) if group in ROOTS else typed(cfg, group)
     got = getattr(settings, f.name)
     assert got != default and got is not None, (key, value, got)
 
@@ -121,13 +122,15 @@ def test_no_experiment_repeats_what_its_presets_give(experiment):
             assert value != was, f"experiment={experiment}: {section}.{key}={value} is a repeat"
 
 
-@pytest.mark.parametrize("command, groups", [("serve", ["limits", "access", "batching"]),
-                                             ("train", ["model", "data", "train", "decode"])])
+@pytest.mark.parametrize("command, groups", [
+    ("serve", ["limits", "access", "batching", "device_declared"]),
+    ("train", ["model", "data", "train", "decode", "train_declared"])])
 def test_the_help_lists_every_declared_setting_with_its_hint(command, groups, tmp_path):
     out = run_command(command, "--help", cwd=tmp_path).stdout.decode()
     for group in groups:
-        for f in dataclasses.fields(GROUPS[group]):
-            assert f"  {group}.{key_of(f)}=" in out and f.metadata["hint"] in out, (group, f.name)
+        prefix = "" if group in ROOTS else f"{group}."
+        for f in dataclasses.fields(ROOTS.get(group) or GROUPS[group]):
+            assert f"  {prefix}{key_of(f)}=" in out and f.metadata["hint"] in out, (group, f.name)
     assert "declared" not in out.split("Config groups")[1]
 
 

@@ -283,15 +283,15 @@ def test_prune_fraction_becomes_heads_to_remove(method, fraction, removed):
 def test_bad_study_settings_name_the_key_and_what_to_give(overrides, message):
     """conf/heads.yaml's study keys, as a command line sets them, before any work."""
     from mtx.commands.declared import compose
-    from mtx.commands.heads import study_settings
+    from mtx.commands.entry import typed_keys
     from mtx.errors import ConfigError
     cfg = compose("heads", ["ckpt=x", *overrides])
     with pytest.raises(ConfigError) as raised:
-        study_settings(cfg)
+        typed_keys(cfg, StudySettings)
     assert str(raised.value).startswith(message)
 
 
 def test_the_study_settings_of_heads_yaml_are_the_dataclass_defaults():
     from mtx.commands.declared import compose
-    from mtx.commands.heads import study_settings
-    assert study_settings(compose("heads", ["ckpt=x"])) == StudySettings()
+    from mtx.commands.entry import typed_keys
+    assert typed_keys(compose("heads", ["ckpt=x"]), StudySettings) == StudySettings()

@@ -11,7 +11,7 @@ import mxnet as mx
 import numpy as onp
 import pytest
 
-from mtx.config import ConfigError, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from mtx.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
 from mtx.data.corpus import load_corpus
 from mtx.data.batching import bucket_batches
 from mtx.training.parallel import DataParallel, split_rows
@@ -52,11 +52,10 @@ def _train_steps(corpus, data_cfg, batches, ctxs, tmp_path):
                             num_decoder_layers=1, dropout=0.0, attention_dropout=0.0,
                             vocab_size=len(corpus.tokenizer))
     seed_everything(7)
-    fit = new_fit(corpus, model_cfg, data_cfg, TrainConfig(batch_tokens=512, warmup_steps=4,
-                                                           lr=3e-3),
-                  DecodeConfig(), tmp_path, ctxs, seed=7)
+    fit = new_fit(corpus, RunConfig(model=model_cfg, data=data_cfg, seed=7, train=TrainConfig(
+        batch_tokens=512, warmup_steps=4, lr=3e-3)), tmp_path, ctxs)
     for step, batch in enumerate(batches, 1):
-        train_step(fit.pieces, fit.parallel, batch, step, fit.train_cfg)
+        train_step(fit.pieces, fit.parallel, batch, step, fit.cfg.train)
     return {name: p.data(ctxs[-1]).asnumpy()
             for name, p in fit.model._collect_params_with_prefix().items()}
 

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mtx.training import precision
-from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from mtx.config import DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig
 from mtx.errors import CheckpointError, ConfigError
 from mtx.training.precision import BF16_MIN_SPEEDUP, choose_precision
 from mtx.runs.rundir import RunDir
@@ -199,8 +199,9 @@ def test_fine_tuning_with_auto_chooses_too(monkeypatch, tmp_path):
     model_cfg, data_cfg = _toy()
     corpus = load_corpus(data_cfg, tmp_path / "data", 3)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
-    fit = new_fit(corpus, model_cfg, data_cfg, TrainConfig(precision="auto"), DecodeConfig(),
-                  tmp_path / "run", [mx.cpu()], 3)
+    fit = new_fit(corpus, RunConfig(model=model_cfg, data=data_cfg, seed=3,
+                                    train=TrainConfig(precision="auto")), tmp_path / "run",
+                  [mx.cpu()])
     assert fit.pieces.precision["used"] == "bfloat16"
 
 
@@ -217,7 +218,9 @@ def test_a_resumed_run_keeps_the_precision_it_started_with(monkeypatch, caplog, 
     train_cfg = TrainConfig(batch_tokens=256, max_epochs=1, eval_bleu=False, warmup_steps=5,
                             average_last=0, precision="auto")
     first = _fake_probe(monkeypatch, speed[first_used])
-    report = train(model_cfg, data_cfg, train_cfg, decode_cfg, tmp_path / "run", tmp_path / "data")
+    run = RunConfig(model=model_cfg, data=data_cfg, train=train_cfg, decode=decode_cfg,
+                    device="cpu", data_dir=str(tmp_path / "data"))
+    report = train(run, tmp_path / "run")
     assert first == [True]
     assert report["precision"]["used"] == first_used and report["precision"]["requested"] == "auto"
     assert report["precision"]["probe"]["bfloat16_gflop_s"] == speed[first_used]
@@ -226,7 +229,7 @@ def test_a_resumed_run_keeps_the_precision_it_started_with(monkeypatch, caplog, 
     later = _fake_probe(monkeypatch, speed[later_used])
     caplog.set_level(logging.INFO, logger="mtx.training.precision")
     resumed = dataclasses.replace(train_cfg, resume=True, max_epochs=2)
-    report = train(model_cfg, data_cfg, resumed, decode_cfg, tmp_path / "run", tmp_path / "data")
+    report = train(dataclasses.replace(run, train=resumed), tmp_path / "run")
     # bfloat16 kept: only whether it runs here is checked; float32 kept: nothing is
     assert later == ([False] if runs_here else []) and report["epochs"] == 2
     assert report["precision"]["used"] == first_used

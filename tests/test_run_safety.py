@@ -15,7 +15,7 @@ import mxnet as mx
 import pytest
 
 from mtx.runs.checkpoints import CheckpointStore
-from mtx.config import DataConfig, ModelConfig, TrainConfig
+from mtx.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from mtx.deploy import EXPORT_INFO
 from mtx.errors import USER_ERROR, CheckpointError, ConfigError
 from mtx.files import atomic_write_json, temp_owner, temp_path
@@ -52,7 +52,8 @@ def test_a_resume_of_a_run_whose_tokenizer_is_gone_is_refused_before_anything_is
     other_pair = dataclasses.replace(TOY, src_lang="fr")
     with pytest.raises(CheckpointError, match="has checkpoints but no tokenizer .*nothing in the "
                                               "run was changed"):
-        prepare(run, other_pair, ModelConfig(), TrainConfig(resume=True), tmp_path / "data", 1,
+        prepare(run, RunConfig(data=other_pair, train=TrainConfig(resume=True),
+                               data_dir=str(tmp_path / "data")),
                 "seed: 1\ndata:\n  src_lang: fr\n", True)
     assert _files(run.path) == before
 
@@ -60,8 +61,9 @@ def test_a_resume_of_a_run_whose_tokenizer_is_gone_is_refused_before_anything_is
 def test_data_longer_than_the_model_s_positions_is_refused_before_anything_is_written(tmp_path):
     run = RunDir(tmp_path / "run")
     with pytest.raises(ConfigError, match="data.max_len=64 is more than model.max_len=32"):
-        prepare(run, dataclasses.replace(TOY, max_pair_len=64), ModelConfig(max_len=32),
-                TrainConfig(), tmp_path / "data", 1, None, True)
+        prepare(run, RunConfig(data=dataclasses.replace(TOY, max_pair_len=64),
+                               model=ModelConfig(max_len=32), data_dir=str(tmp_path / "data")),
+                None, True)
     assert not run.path.exists()
 
 

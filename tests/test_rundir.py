@@ -9,7 +9,7 @@ import mxnet as mx
 import numpy as onp
 import pytest
 
-from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from mtx.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from mtx.data.corpus import load_corpus, save_tokenizer
 from mtx.errors import CheckpointError
 from mtx.model.transformer import Transformer
@@ -31,8 +31,8 @@ def _fit(tmp_path, **train_overrides):
                             num_decoder_layers=1, vocab_size=len(corpus.tokenizer))
     train_cfg = TrainConfig(**dict(dict(batch_tokens=256, max_epochs=1, eval_bleu=False,
                                         warmup_steps=5, average_last=0), **train_overrides))
-    fit = new_fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(), tmp_path / "run",
-                  [mx.cpu()], 3)
+    fit = new_fit(corpus, RunConfig(model=model_cfg, data=data_cfg, train=train_cfg, seed=3),
+                  tmp_path / "run", [mx.cpu()])
     fit.run_dir.write_json("model.json", dataclasses.asdict(model_cfg))
     return fit
 

@@ -12,7 +12,7 @@ from mxnet import np
 
 import mtx.runs.tensorboard
 from mtx.runs import faults
-from mtx.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from mtx.config import DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig
 from mtx.data.corpus import load_corpus
 from mtx.runs.rundir import RunDir
 from mtx.training.schedule import inverse_sqrt_warmup
@@ -152,8 +152,8 @@ def _fit(run_dir, corpus, data_cfg, **train_settings):
     # save_every_minutes=0: a resume point at every log point
     train_cfg = TrainConfig(batch_tokens=256, max_epochs=2, warmup_steps=5, log_every=LOG_EVERY,
                             save_every_minutes=0, average_last=0, **train_settings)
-    return new_fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(beam_size=1), run_dir,
-                   [mx.cpu()], seed=5)
+    return new_fit(corpus, RunConfig(model=model_cfg, data=data_cfg, train=train_cfg, seed=5,
+                                     decode=DecodeConfig(beam_size=1)), run_dir, [mx.cpu()])
 
 
 @pytest.fixture(scope="module")
@@ -186,10 +186,10 @@ def test_a_cooldown_brings_the_learning_rate_down_linearly_to_the_budgets_end(to
         in_epoch = r["step"] - (r["epoch"] - 1) * per_epoch
         read_at = (in_epoch - 1) // LOG_EVERY * LOG_EVERY  # the last read before this step
         spent = (r["epoch"] - 1 + read_at / per_epoch) / 2
-        assert r["train/lr"] == pytest.approx(inverse_sqrt_warmup(r["step"], fit.train_cfg.lr, 5)
+        assert r["train/lr"] == pytest.approx(inverse_sqrt_warmup(r["step"], fit.cfg.train.lr, 5)
                                               * (1 - spent))
-    assert steps[0]["train/lr"] == inverse_sqrt_warmup(steps[0]["step"], fit.train_cfg.lr, 5)
-    assert steps[-1]["train/lr"] < 0.1 * inverse_sqrt_warmup(steps[-1]["step"], fit.train_cfg.lr, 5)
+    assert steps[0]["train/lr"] == inverse_sqrt_warmup(steps[0]["step"], fit.cfg.train.lr, 5)
+    assert steps[-1]["train/lr"] < 0.1 * inverse_sqrt_warmup(steps[-1]["step"], fit.cfg.train.lr, 5)
     assert fit.pieces.trainer.learning_rate == pytest.approx(steps[-1]["train/lr"])
 
 

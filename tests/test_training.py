@@ -8,7 +8,7 @@ import numpy as onp
 import pytest
 from mxnet import np
 
-from mtx.config import DataConfig, DecodeConfig, TrainConfig
+from mtx.config import DataConfig, RunConfig, TrainConfig
 from mtx.errors import CheckpointError, ConfigError
 from mtx.runs.rundir import RunDir, load_run
 from mtx.data.corpus import load_corpus
@@ -109,8 +109,8 @@ def _short_fit(tmp_path, seed, **train_overrides):
                             **train_overrides)
     from mtx.hardware.devices import seed_everything
     seed_everything(seed)
-    fit = new_fit(corpus, model_cfg, data_cfg, train_cfg, DecodeConfig(), tmp_path / f"run{seed}",
-                  [mx.cpu()], seed)
+    fit = new_fit(corpus, RunConfig(model=model_cfg, data=data_cfg, train=train_cfg, seed=seed),
+                  tmp_path / f"run{seed}", [mx.cpu()])
     fit.run()
     return {k: p.data().asnumpy() for k, p in fit.model._collect_params_with_prefix().items()}, fit
 
@@ -144,7 +144,7 @@ def test_an_overflowing_loss_scale_skips_the_step_and_halves(tmp_path):
     before = {k: p.data().asnumpy() for k, p in fit.model.collect_params().items()}
     fit.pieces.loss_scales[mx.cpu()].value[:] = 3e38  # loss x scale overflows float32
     batch = bucket_batches(*fit.corpus.train_pairs(), 256, shuffle=False, seed=0)[0]
-    _, finite, _ = train_step(fit.pieces, fit.parallel, batch, fit.state.step + 1, fit.train_cfg)
+    _, finite, _ = train_step(fit.pieces, fit.parallel, batch, fit.state.step + 1, fit.cfg.train)
     assert float(finite) == 0.0
     assert fit.pieces.loss_scales[mx.cpu()].value.asscalar() == onp.float32(3e38) / 2
     for name, p in fit.model.collect_params().items():

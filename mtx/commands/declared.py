@@ -2,14 +2,16 @@
 
 Hydra gets each group's declared defaults (`mtx.typecheck.declared`) as the config
 ``<group>/declared``, which every preset of the group extends (``defaults: [declared]``), so that
-conf/ holds only what a preset changes. The head study's settings (top-level keys of
-conf/heads.yaml, and its groups finetune and l0) are the root config ``heads_declared``. The
+conf/ holds only what a preset changes. A command's own keys are root configs (`ROOTS`) that its
+YAML lists first: ``train_declared`` (mtx-train's seed, device, init_from), ``device_declared``
+(the device of the other commands that run a model) and ``heads_declared`` (the head study's
+settings: top-level keys of conf/heads.yaml, and its groups finetune and l0). The
 help of the commands lists the declarations (``${mtx.settings:<group>}``, `settings_help`) and
 the presets of conf/ (``${mtx.presets:<group>,...}``, `presets_help`).
 """
 import dataclasses
 
-from ..config import DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from ..config import DataConfig, DecodeConfig, ModelConfig, Placement, RunKeys, TrainConfig
 from ..config import CONF_DIR
 from ..datadir import register_resolver
 from ..heads.settings import StudySettings
@@ -20,7 +22,8 @@ from ..typecheck import declared, key_of, shown
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
             "decode": DecodeConfig}  # mtx-train's groups (`mtx.commands.entry.typed`)
 GROUPS = {**SECTIONS, "limits": Limits, "batching": Batching, "access": Access}  # + mtx-serve's
-ROOTS = {"heads_declared": StudySettings}  # whole configs' settings (conf/heads.yaml)
+# a command's own keys, each root listed first in its command's YAML (`entry.typed_keys`)
+ROOTS = {"train_declared": RunKeys, "device_declared": Placement, "heads_declared": StudySettings}
 
 
 def declare_settings():

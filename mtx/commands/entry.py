@@ -20,7 +20,7 @@ import os
 import sys
 
 from ..config import CONF_DIR, ConfigError
-from ..typecheck import from_dict
+from ..typecheck import declared, from_dict
 from ..datadir import register_resolver
 from .declared import GROUPS, declare_settings
 from .exits import one_line_errors
@@ -91,8 +91,17 @@ def typed(cfg, section):
     return from_dict(GROUPS[section], values, section)
 
 
+def typed_keys(cfg, cls):
+    """The command's own keys of the settings dataclass ``cls`` (`RunKeys`, `Placement`,
+    `StudySettings`: Hydra roots, `mtx.commands.declared.ROOTS`) as an instance of it."""
+    from omegaconf import OmegaConf
+    keys = list(declared(cls))
+    return from_dict(cls, OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=True))
+
+
 def decoding_options(cfg):
     """decode.* as a DecodeConfig and ``device=`` as a context: cheap checks that translate,
     evaluate, heads and serve make before anything loads."""
+    from ..config import Placement
     from ..hardware.devices import resolve_device
-    return typed(cfg, "decode"), resolve_device(cfg.device)
+    return typed(cfg, "decode"), resolve_device(typed_keys(cfg, Placement).device)

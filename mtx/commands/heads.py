@@ -9,35 +9,26 @@ import logging
 from pathlib import Path
 from types import SimpleNamespace
 
-from omegaconf import OmegaConf
-
 from ..data.corpus import load_corpus
 from ..hardware.devices import use_numpy_interface
 from ..errors import CheckpointError, ConfigError
 from ..heads.stages import learned_gates, ordered_gates, prune_and_time, score_heads
-from ..config import TrainConfig
+from ..config import RunConfig, TrainConfig
 from ..heads.settings import StudySettings
-from ..typecheck import declared, from_dict
+from ..typecheck import from_dict
 from ..runs.rundir import RunDir
 from ..runs.runlock import RunLock
 from ..decoding.search import load_decoder
-from .entry import decoding_options, hydra_command
+from .entry import decoding_options, hydra_command, typed_keys
 from .paths import writable_out_dir
 
 log = logging.getLogger(__name__)
 
 
-def study_settings(cfg):
-    """The study's keys of the composed heads config as `StudySettings`."""
-    keys = list(declared(StudySettings))
-    return from_dict(StudySettings, OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys),
-                                                           resolve=True))
-
-
 def setup(cfg, out):
     """The run, its corpus and every setting of the study, checked before any work; the
     study writes into ``out`` (held)."""
-    settings = study_settings(cfg)
+    settings = typed_keys(cfg, StudySettings)
     decode_cfg, ctx = decoding_options(cfg)
     run_dir = Path(cfg.ckpt)
     model, tokenizer, data_cfg = load_decoder(run_dir, ctx, cfg.checkpoint)
@@ -55,10 +46,12 @@ def setup(cfg, out):
     if data_cfg.name == "multi30k":
         data_cfg = dataclasses.replace(data_cfg, raw_dir=cfg.raw_dir)
     finetune = settings.finetune
-    finetune_cfg = dataclasses.replace(
-        from_dict(TrainConfig, run_cfg["train"], "train"), lr=finetune.lr,
-        warmup_steps=finetune.warmup_steps, max_minutes=finetune.minutes, resume=False,
-        devices=None, kvstore="device") if finetune.minutes else None
+    finetune_run = RunConfig(
+        model=model.cfg, data=data_cfg, decode=decode_cfg, seed=run_cfg["seed"],
+        data_dir=cfg.data_dir, train=dataclasses.replace(
+            from_dict(TrainConfig, run_cfg["train"], "train"), lr=finetune.lr,
+            warmup_steps=finetune.warmup_steps, max_minutes=finetune.minutes, resume=False,
+            devices=None, kvstore="device")) if finetune.minutes else None
     to_remove = settings.heads_to_remove(model.cfg)
     corpus = load_corpus(data_cfg, cfg.data_dir, run_cfg["seed"], tokenizer)
     if settings.test_split is None:  # the run's first test set, else its validation split
@@ -70,7 +63,7 @@ def setup(cfg, out):
     return SimpleNamespace(settings=settings, ctx=ctx, run_dir=run_dir, checkpoint=cfg.checkpoint,
                            out=out, model=model, tokenizer=tokenizer, data_cfg=data_cfg,
                            corpus=corpus, seed=run_cfg["seed"], decode_cfg=decode_cfg,
-                           finetune_cfg=finetune_cfg, to_remove=to_remove)
+                           finetune_run=finetune_run, to_remove=to_remove)
 
 
 def study_heads(cfg):

@@ -6,12 +6,19 @@ import logging
 
 
 from .. import training
-from ..typecheck import is_whole
+from ..config import RunConfig, RunKeys
 from ..hardware.devices import use_numpy_interface
-from ..errors import ConfigError
-from .entry import hydra_command, typed
+from .declared import SECTIONS
+from .entry import hydra_command, typed, typed_keys
 
 log = logging.getLogger("mtx")
+
+
+def run_config(cfg):
+    """The composed train config ``cfg`` as the `RunConfig` the run is given."""
+    keys = typed_keys(cfg, RunKeys)
+    return RunConfig(**vars(keys), **{section: typed(cfg, section) for section in SECTIONS},
+                     data_dir=cfg.paths.data_dir)
 
 
 def train(cfg):
@@ -20,15 +27,8 @@ def train(cfg):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
     use_numpy_interface()
-    model_cfg, data_cfg = typed(cfg, "model"), typed(cfg, "data")
-    train_cfg, decode_cfg = typed(cfg, "train"), typed(cfg, "decode")
-    if not is_whole(cfg.seed):
-        raise ConfigError(f"seed={cfg.seed}: give an integer")
     run_dir = HydraConfig.get().runtime.output_dir
-    report = training.train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir,
-                            cfg.paths.data_dir, seed=cfg.seed, device=cfg.device,
-                            config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
-                            init_from=cfg.init_from)
+    report = training.train(run_config(cfg), run_dir, OmegaConf.to_yaml(cfg, resolve=True))
     if report is None:  # a worker other than rank 0: rank 0 reports
         return None
     scored = {name: scores for name, scores in report["scores"].items() if "skipped" not in scores}

@@ -99,10 +99,9 @@ def prune_and_time(s, source, gates, meta):
     for partial in s.out.glob(".pruned.*.tmp"):  # a dead study's (this one holds out/)
         shutil.rmtree(partial, ignore_errors=True)
     models = {"full": s.model}  # its one traced graph serves gated and plain calls
-    if s.finetune_cfg is not None:
+    if s.finetune_run is not None:  # a `RunConfig`
         models["pruned_before_finetune"] = pruned
-        pruned, choice = continue_training(pruned, s.corpus, s.data_cfg, s.finetune_cfg,
-                                           s.decode_cfg, staging, s.ctx, s.seed)
+        pruned, choice = continue_training(pruned, s.corpus, s.finetune_run, staging, s.ctx)
         meta["finetune"] = {**dataclasses.asdict(s.settings.finetune), "final": choice}
     save_pruned_run(pruned, s.run_dir, staging, meta)
     os.replace(staging, s.out / "pruned")  # setup() refused an existing pruned/

@@ -43,7 +43,8 @@ def check_same_steps(run, resolved_config_yaml):
     """Refuse to resume the `RunDir` ``run`` with other training settings than its
     config.yaml's: the seed, and the train.* and data.* keys but RESUME_MAY_CHANGE. A key only
     one of the two configs has (one added to mtx since the run started) keeps its default, so
-    it is not compared. ``resolved_config_yaml`` None (a run built in code): nothing to compare."""
+    it is not compared. ``resolved_config_yaml`` None (a `Fit` built in code, `new_fit`):
+    nothing to compare."""
     from omegaconf import OmegaConf
     if resolved_config_yaml is None or not (run.path / "config.yaml").is_file():
         return

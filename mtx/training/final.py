@@ -37,7 +37,7 @@ def choose_final(fit):
     store.load(store.verify("best", fit.model.cfg), fit.model, ctxs)
     best_loss, best_bleu = fit.evaluate("val")
     best = validation_score(best_loss, best_bleu)
-    average_last = fit.train_cfg.average_last
+    average_last = fit.cfg.train.average_last
     last = (intact(store, store.epoch_names()[-average_last:], fit.model.cfg)
             if average_last > 1 else [])
     if len(last) > 1:
@@ -70,16 +70,17 @@ def test_sets(corpus, data_cfg, data_dir):
     return sets
 
 
-def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_minutes, data_dir):
+def final_report(fit, run, train_minutes):
     """Choose the final checkpoint, translate every available test set (hypotheses into the run
     directory) and write report.json: ``scores`` has one entry per test set, ``{"skipped":
     reason}`` for those that are not available. A stop signal is acted on after the choice and
     after each test set, all kept in `PARTIAL_REPORT`: the resumed run goes on from there."""
+    data_cfg = fit.cfg.data
     done = partial_report(fit, run)
     final = done.get("final") or choose_final(fit)
     scores = done.get("scores", {})
     stop_point(fit, run, final, scores)
-    for name, text, skipped in test_sets(fit.corpus, data_cfg, data_dir):
+    for name, text, skipped in test_sets(fit.corpus, data_cfg, fit.cfg.data_dir):
         if name in scores:
             continue
         if text is None:
@@ -88,14 +89,14 @@ def final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg, train_min
             continue
         faults.point("final_translation")
         hypotheses, scores[name] = translate_and_score(
-            fit.model, fit.corpus.tokenizer, decode_cfg, fit.pieces.ctxs[0], *text,
+            fit.model, fit.corpus.tokenizer, fit.cfg.decode, fit.pieces.ctxs[0], *text,
             data_cfg.tgt_lang)
         atomic_write_text(run.path / f"{name}.hyp.{data_cfg.tgt_lang}",
                           "\n".join(hypotheses) + "\n", RESUME_HINT)
         stop_point(fit, run, final, scores)
     report = {"src_lang": data_cfg.src_lang, "tgt_lang": data_cfg.tgt_lang,
               "data": data_cfg.name, "parameters": fit.model.count_parameters(),
-              "model": dataclasses.asdict(model_cfg), "train_minutes": round(train_minutes, 2),
+              "model": dataclasses.asdict(fit.cfg.model), "train_minutes": round(train_minutes, 2),
               "steps": fit.state.step, "epochs": fit.state.epoch, "final": final,
               "precision": fit.pieces.precision, "native_kernels": kernels.status(),
               "devices": [str(c) for c in fit.pieces.ctxs], "workers": fit.parallel.num_workers,

@@ -31,17 +31,17 @@ log = logging.getLogger(__name__)
 
 class Fit:
     """Trains ``pieces`` (`build.Pieces`) on ``corpus`` into the `RunDir` ``run`` (written by
-    the chief worker only); ``state`` is everything resume needs."""
+    the chief worker only) as the `RunConfig` ``cfg`` says; ``state`` is everything resume
+    needs."""
 
-    def __init__(self, pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed):
+    def __init__(self, pieces, corpus, train_pairs, cfg, run, parallel):
         """``train_pairs``: the `TrainingPairs` to train on."""
         self.pieces, self.corpus, self.train_pairs = pieces, corpus, train_pairs
-        self.train_cfg, self.decode_cfg = train_cfg, decode_cfg
-        self.run_dir, self.parallel, self.seed = run, parallel, seed
+        self.cfg, self.run_dir, self.parallel = cfg, run, parallel
         self.state = TrainState()
         self.times_seen = onp.zeros(len(train_pairs), "int64")  # per training pair, here
-        self.checkpointing = Checkpointing(run, pieces, train_cfg)
-        self.clock, self.stop_signals = Clock(train_cfg.max_minutes), StopSignals()
+        self.checkpointing = Checkpointing(run, pieces, cfg.train)
+        self.clock, self.stop_signals = Clock(cfg.train.max_minutes), StopSignals()
 
     @property
     def model(self):
@@ -53,20 +53,20 @@ class Fit:
         if self.parallel.is_chief:  # the records of what is trained again go
             self.run_dir.records.keep_until(*((state.epoch, state.step) if state else (0, 0)))
         if state is not None:
-            self.state, self.clock = state, Clock(self.train_cfg.max_minutes, state.minutes)
+            self.state, self.clock = state, Clock(self.cfg.train.max_minutes, state.minutes)
         return state is not None
 
     def train_epoch(self):
         """The rest of the current epoch; False when the wall-clock budget cut it short."""
-        state, cfg, parallel, finished = self.state, self.train_cfg, self.parallel, False
-        seed = epoch_seed(self.seed, state.epoch)
+        state, cfg, parallel, finished = self.state, self.cfg.train, self.parallel, False
+        seed = epoch_seed(self.cfg.seed, state.epoch)
         if state.epoch_resegmented is None:
             state.epoch_resegmented = self.train_pairs.resegmented_at(
                 budget_fraction(cfg, state, self.clock, parallel, 1))
         pairs = self.train_pairs.for_epoch(seed, state.epoch_resegmented)
         plan = batch_plan(pairs.bucket_lengths(), cfg.batch_tokens, shuffle=True, seed=seed)
         records = self.run_dir.records if parallel.is_chief else None
-        with EpochLog(state, cfg, self.clock, records, len(plan), self.seed) as epoch_log, \
+        with EpochLog(state, cfg, self.clock, records, len(plan), self.cfg.seed) as epoch_log, \
                 contextlib.closing(prefetched(pairs, plan[state.batch_in_epoch:])) as batches:
             spent = lambda: budget_spent(cfg, state, self.clock, parallel, len(plan))
             epoch_log.budget_spent = spent()
@@ -100,7 +100,7 @@ class Fit:
 
     def evaluate(self, split):
         """(mean per-token nll on ``split``, its greedy sacreBLEU or None)."""
-        return evaluate(self.pieces, self.corpus, split, self.train_cfg, self.decode_cfg)
+        return evaluate(self.pieces, self.corpus, split, self.cfg.train, self.cfg.decode)
 
     def end_of_epoch(self):
         """Validate (the weights' moving average, if kept), record and checkpoint the epoch."""
@@ -134,12 +134,12 @@ class Fit:
 
     def _run(self):
         """Epochs; one cut short by the budget ends like any other (validated, checkpointed)."""
-        state, patience = self.state, self.train_cfg.patience
+        state, patience = self.state, self.cfg.train.patience
         if state.step and self.parallel.any(self.clock.out_of_time(state.minutes)):
             return self.clock.minutes()  # resumed after the budget was spent: nothing to train
         if self.parallel.any(state.early_stopped(patience)):
             return self.clock.minutes()  # resumed after an early stop: nothing to train
-        while state.epoch < self.train_cfg.max_epochs:
+        while state.epoch < self.cfg.train.max_epochs:
             cut_short = not self.train_epoch()
             state.epoch += 1
             if self.parallel.is_chief:  # evaluation and checkpoints: rank 0 only
@@ -147,7 +147,7 @@ class Fit:
             state.start_epoch()
             if self.stop_signals.requested(self.parallel):
                 self.stop_here()  # the epoch's checkpoint is the resume point
-            stop = stop_reason(state, self.train_cfg, self.clock, self.parallel.is_chief,
+            stop = stop_reason(state, self.cfg.train, self.clock, self.parallel.is_chief,
                                cut_short)
             if self.parallel.any(stop is not None):  # all workers stop after the same epoch
                 log.info("%s", stop or "another worker stopped the job")

@@ -35,12 +35,12 @@ def quiet_log_files():
         handler.close()
 
 
-def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is_chief,
-            parent=None):
-    """The corpus, its `TrainingPairs` and the model config with its
-    vocabulary size. A resumed run uses its own tokenizer, a new fine-tuning run its
-    ``parent``'s (`warm_start.Parent`); a resumed run is checked against the run directory
-    before anything in it is written."""
+def prepare(run, cfg, config_yaml, is_chief, parent=None):
+    """The corpus, its `TrainingPairs` and the `RunConfig` ``cfg`` with the model's vocabulary
+    size. A resumed run uses its own tokenizer, a new fine-tuning run its ``parent``'s
+    (`warm_start.Parent`); a resumed run is checked against the run directory before anything
+    in it is written."""
+    data_cfg, model_cfg, train_cfg = cfg.data, cfg.model, cfg.train
     # a run with no resume point yet starts again with the settings (and tokenizer) given now
     resuming = train_cfg.resume and bool(run.checkpoints.resume_points())
     started = is_chief and (run.path / "run.json").is_file()  # workers find the chief's
@@ -57,10 +57,9 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
                           f"{model_cfg.max_len}, the model's positions: lower data.max_len or "
                           f"raise model.max_len")
     tokenizer = load_tokenizer(run.path) if resuming else parent and parent.tokenizer
-    corpus = load_corpus(data_cfg, data_dir, seed, tokenizer)
+    corpus = load_corpus(data_cfg, cfg.data_dir, cfg.seed, tokenizer)
     # none left: a ConfigError, before the run directory is written
-    train_pairs = TrainingPairs(corpus, data_cfg.max_pair_len, data_cfg.subword_dropout,
-                                data_cfg.subword_dropout_from)
+    train_pairs = training_pairs(corpus, data_cfg)
     model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
     if parent is not None and not resuming:
         check_model(parent, model_cfg)
@@ -74,49 +73,49 @@ def prepare(run, data_cfg, model_cfg, train_cfg, data_dir, seed, config_yaml, is
     if is_chief:
         run.start(identity, model_cfg, data_cfg, config_yaml)
         save_tokenizer(corpus.tokenizer, run.path)
-    return corpus, train_pairs, model_cfg
+    return corpus, train_pairs, dataclasses.replace(cfg, model=model_cfg)
 
 
-def train(model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, data_dir, seed=1, device="cpu",
-          config_yaml=None, init_from=None):
-    """Train, pick the final checkpoint, translate the test split; returns report.json's dict
-    (None on workers other than rank 0, which only train). ``config_yaml``: the resolved config
-    to keep in the run directory; ``init_from``: a run to start from (`warm_start`)."""
+def train(cfg, run_dir, config_yaml=None):
+    """Train the `RunConfig` ``cfg``, pick the final checkpoint, translate the test splits;
+    returns report.json's dict (None on workers other than rank 0, which only train).
+    ``config_yaml``: the resolved config to keep in the run directory as config.yaml (None:
+    ``cfg``'s keys), which a resume is checked against and mtx-heads reads."""
+    if config_yaml is None:
+        from omegaconf import OmegaConf
+        config_yaml = OmegaConf.to_yaml(OmegaConf.create(cfg.as_keys()))
     run = RunDir(run_dir)
-    parent = parent_run(init_from, data_cfg) if init_from else None
+    parent = parent_run(cfg.init_from, cfg.data) if cfg.init_from else None
     # a GPU that is not there, or has no kernels, is a config error before any work
-    ctxs = [resolve_device(d) for d in (train_cfg.devices or [device])]
-    parallel = DataParallel(ctxs, train_cfg.kvstore)
+    ctxs = [resolve_device(d) for d in (cfg.train.devices or [cfg.device])]
+    parallel = DataParallel(ctxs, cfg.train.kvstore)
     # rank 0 is the run directory's one writer for the whole run (a second training is refused)
     with RunLock(run.path) if parallel.is_chief else contextlib.nullcontext():
-        return _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data_dir,
-                      seed, config_yaml, parent)
+        return _train(run, ctxs, parallel, cfg, config_yaml, parent)
 
 
-def _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data_dir, seed,
-           config_yaml, parent):
+def _train(run, ctxs, parallel, cfg, config_yaml, parent):
     """`train` on this process's devices ``ctxs``, holding the run directory when chief."""
     if not parallel.is_chief:
         quiet_log_files()
-    seed_everything(seed)
+    seed_everything(cfg.seed)
+    resume = cfg.train.resume
     if parallel.is_chief:  # rank 0 prepares the run directory and the subword model first,
         # and chooses the precision (a resumed run's own, read before config.yaml is rewritten)
-        precision = choose_precision(train_cfg.precision, ctxs,
-                                     run.recorded_precision() if train_cfg.resume else None)
-        corpus, train_pairs, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, data_dir,
-                                                 seed, config_yaml, True, parent)
+        precision = choose_precision(cfg.train.precision, ctxs,
+                                     run.recorded_precision() if resume else None)
+        corpus, train_pairs, cfg = prepare(run, cfg, config_yaml, True, parent)
         run.record_precision(precision)
     parallel.any(False)    # the others wait for it and load the cached subword model
     if not parallel.is_chief:
-        corpus, train_pairs, model_cfg = prepare(run, data_cfg, model_cfg, train_cfg, data_dir,
-                                                 seed, config_yaml, False, parent)
-        precision = choose_precision(train_cfg.precision, ctxs, run.recorded_precision())
-    pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore, precision)
-    fit = Fit(pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed)
-    restored = train_cfg.resume and fit.restore()
+        corpus, train_pairs, cfg = prepare(run, cfg, config_yaml, False, parent)
+        precision = choose_precision(cfg.train.precision, ctxs, run.recorded_precision())
+    pieces = build_pieces(cfg.model, cfg.train, ctxs, parallel.trainer_kvstore, precision)
+    fit = Fit(pieces, corpus, train_pairs, cfg, run, parallel)
+    restored = resume and fit.restore()
     if parent is not None and not restored:
         load_weights(parent, fit.model, ctxs)
-    if train_cfg.resume and not restored:
+    if resume and not restored:
         log.warning("train.resume=true but %s has no checkpoint yet: a new run starts there "
                     "(check hydra.run.dir if you meant to continue another)", run.path)
     log.info("model: %s parameters; %d training pairs; devices %s; worker %d of %d",
@@ -133,8 +132,7 @@ def _train(run, ctxs, parallel, model_cfg, data_cfg, train_cfg, decode_cfg, data
         if report and report.get("steps") == fit.state.step:  # else it speaks of other weights
             log.info("%s had finished: nothing left to train, its report.json is kept", run.path)
             return report
-        return final_report(fit, run, model_cfg, data_cfg, train_cfg, decode_cfg,
-                            train_minutes, data_dir)
+        return final_report(fit, run, train_minutes)
 
 
 def fit_digests(fit):
@@ -148,10 +146,11 @@ def fit_digests(fit):
     return int(fit.times_seen.sum()), seen, fit.state.step, params.hexdigest()[:16]
 
 
-def continue_training(model, corpus, data_cfg, train_cfg, decode_cfg, run_dir, ctx, seed):
+def continue_training(model, corpus, cfg, run_dir, ctx):
     """Train ``model`` (e.g. a pruned one) further on ``corpus``'s training split in a new run
-    directory; returns (the model the run chose, its choice)."""
-    fit = new_fit(corpus, model.cfg, data_cfg, train_cfg, decode_cfg, run_dir, [ctx], seed)
+    directory, with the `RunConfig` ``cfg`` (its model: ``model.cfg``); returns (the model the
+    run chose, its choice)."""
+    fit = new_fit(corpus, dataclasses.replace(cfg, model=model.cfg), run_dir, [ctx])
     fit.run_dir.write_model_config(model.cfg)
     for name, param in fit.model._collect_params_with_prefix().items():
         param.set_data(model._collect_params_with_prefix()[name].data(ctx))
@@ -159,14 +158,19 @@ def continue_training(model, corpus, data_cfg, train_cfg, decode_cfg, run_dir, c
     return fit.model, choose_final(fit)
 
 
-def new_fit(corpus, model_cfg, data_cfg, train_cfg, decode_cfg, run_dir, ctxs, seed):
-    """A `Fit` on this process's devices ``ctxs`` alone (no cluster), its run directory created
-    and its model initialised from ``seed``: for fine-tuning, tests and benchmarks."""
+def new_fit(corpus, cfg, run_dir, ctxs):
+    """A `Fit` of the `RunConfig` ``cfg`` (its model config with the vocabulary size) on this
+    process's devices ``ctxs`` alone (no cluster), its run directory created and its model
+    initialised from ``cfg.seed``: for fine-tuning, tests and benchmarks."""
     run = RunDir(run_dir)
     run.checkpoints.folder.mkdir(parents=True, exist_ok=True)
-    seed_everything(seed)  # the initial parameters
-    parallel = DataParallel(ctxs, train_cfg.kvstore)
-    pieces = build_pieces(model_cfg, train_cfg, ctxs, parallel.trainer_kvstore)
-    train_pairs = TrainingPairs(corpus, data_cfg.max_pair_len, data_cfg.subword_dropout,
-                                data_cfg.subword_dropout_from)
-    return Fit(pieces, corpus, train_pairs, train_cfg, decode_cfg, run, parallel, seed)
+    seed_everything(cfg.seed)  # the initial parameters
+    parallel = DataParallel(ctxs, cfg.train.kvstore)
+    pieces = build_pieces(cfg.model, cfg.train, ctxs, parallel.trainer_kvstore)
+    return Fit(pieces, corpus, training_pairs(corpus, cfg.data), cfg, run, parallel)
+
+
+def training_pairs(corpus, data_cfg):
+    """``corpus``'s training split as the `TrainingPairs` of ``data_cfg``."""
+    return TrainingPairs(corpus, data_cfg.max_pair_len, data_cfg.subword_dropout,
+                         data_cfg.subword_dropout_from)
