@@ -38,6 +38,8 @@ def no_children(monkeypatch):
     (["decode", "--run", "a,b", "--impl", "mtx,ct2-int8"],
      "--run a,b: several runs are timed with one implementation, --impl mtx or mtx-bf16"),
     (["serve"], "serve translates a trained run: give --run RUN_DIR"),
+    (["profile", "--beam", "0"], "--beam: '0' is not a whole number >= 1"),
+    (["profile"], "profile translates a trained run: give --run RUN_DIR"),
     (["train", "--impl", "mtx,mtx@no-such-revision-x"], "no such git revision"),
     (["train", "--impl", "mtx", "--rounds", "0"], "--rounds: '0' is not a whole number >= 1"),
     (["decode", "--run", "r", "--max-sentences", "x"],
@@ -218,6 +220,22 @@ def test_decode_run_translates_with_beam_5_and_greedily(toy_run, tmp_path, capsy
     assert row["sentences"] == 40 and row["beam5_sacrebleu"] > 80 and row["greedy_sacrebleu"] > 80
     assert row["beam5_sent_s"] > 0 and row["greedy_subwords_s"] > 0
     assert "| mtx | 40 |" in capsys.readouterr().out
+
+
+def test_profile_gives_each_operator_s_share_of_a_translation(toy_run, tmp_path, capsys,
+                                                              monkeypatch):
+    """`profile --run`: MXNet's per-operator totals over one translation, the longest first."""
+    monkeypatch.setenv("MXNET_EXEC_BULK_EXEC_INFERENCE", "1")  # put back after: profile sets 0
+    out = tmp_path / "profile.json"
+    main(["profile", "--run", str(toy_run), "--max-sentences", "20", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["sentences"] == 20 and report["beam"] == 5 and report["seconds"] > 0
+    names, ms = zip(*[(row["operator"], row["ms"]) for row in report["operators"]])
+    assert "FullyConnected" in names and all(row["calls"] > 0 for row in report["operators"])
+    assert list(ms) == sorted(ms, reverse=True) and sum(ms) > 0
+    printed = capsys.readouterr().out
+    assert "| operator | calls | ms | % of operators |" in printed
+    assert "| FullyConnected | " in printed
 
 
 def test_decode_times_runs_against_each_other_in_one_process(toy_run, tmp_path, capsys):

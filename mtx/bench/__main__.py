@@ -5,6 +5,7 @@
     mtx-bench decode --run RUN_DIR,RUN_DIR[,...] [--impl mtx]   (runs against each other)
     mtx-bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5]
     mtx-bench corpus [--pairs 2000000] [--small 29000] [--minutes 3] [--work DIR]
+    mtx-bench profile --run RUN_DIR [--beam 5] [--max-sentences N]
 
 Training: every implementation gets conf/model/small.yaml (--model, untied, the corpus's
 vocabulary, one dropout rate for attention too, as the peers take it), conf/data/multi30k_en_de.yaml
@@ -18,6 +19,7 @@ Decoding: the run's test split with beam 5 and greedily, best of --rounds; sever
 implementations each in a child process, one round a child, the children in turn (--rounds
 times), with the pairs' per-round ratios of seconds; several runs are translated by one mtx
 implementation in one process, in interleaved rounds (a smaller model against a larger one).
+Profile: where one translation's time goes, per MXNet operator (`mtx.bench.profile`).
 Tables go to stdout.
 """
 import argparse
@@ -33,6 +35,7 @@ from .inputs import DEFAULT_DATA, DEFAULT_MODEL
 from .measure import (DECODE_DEFAULT, DECODE_IMPLS, MTX_PRECISIONS, RUN_BEAMS, TRAIN_DEFAULT, TRAIN_IMPLS,
                       decode_runs, describe, measure, train_settings)
 from .corpus import measure_corpus
+from .profile import measure_profile
 from .serve import measure_serve
 
 log = logging.getLogger("mtx.bench")
@@ -137,7 +140,9 @@ COMMANDS = {"train": (run_measurement, "training throughput, MFU and paired rati
             "serve": (measure_serve, "mtx-serve under concurrent clients (docs/serving.md)",
                       "run clients seconds beam max-sentences"),
             "corpus": (measure_corpus, "a large files corpus against a small one: memory, "
-                       "start-up, tokens/s (docs/performance.md)", "pairs small minutes work")}
+                       "start-up, tokens/s (docs/performance.md)", "pairs small minutes work"),
+            "profile": (measure_profile, "where a translation's time goes: MXNet's profiler, "
+                        "per operator", "run beam max-sentences")}
 
 
 def main(argv=None):
@@ -154,7 +159,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     with one_line_errors():
-        if args.command in ("decode", "serve") and not args.run:
+        if args.command in ("decode", "serve", "profile") and not args.run:
             impl = f" --impl {args.impl}" if getattr(args, "impl", None) else ""
             raise ConfigError(f"{args.command}{impl} translates a trained run: give --run RUN_DIR")
         if args.out:  # an unwritable --out fails before the measurement, not after it
