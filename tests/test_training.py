@@ -244,3 +244,26 @@ def test_an_optimizer_state_saved_under_the_old_module_path_resumes(tiny_cfg, tm
     run.checkpoints.load(run.checkpoints.verify("latest"), model, mx.cpu(), trainer=fresh)
     assert type(fresh._updaters[0].optimizer) is optimizer.GuardedAdam
     assert "mtx.optimizer" not in sys.modules
+
+
+def test_a_program_trains_through_mtx_training_train_alone(tmp_path):
+    """README's Python API: `mtx.training.train(RunConfig, run_dir)` in a fresh process that
+    has not switched MXNet's NumPy interface on (the commands do) trains and reports."""
+    import subprocess
+    import sys
+    program = (
+        "import mtx\n"
+        "from mtx.config import DataConfig, ModelConfig, RunConfig, TrainConfig\n"
+        "from mtx.training import train\n"
+        "cfg = RunConfig(model=ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32,\n"
+        "                                  num_encoder_layers=1, num_decoder_layers=1),\n"
+        "                data=DataConfig(name='toy', sizes=[200, 20, 20], max_pair_len=64),\n"
+        "                train=TrainConfig(batch_tokens=256, max_epochs=1, warmup_steps=5),\n"
+        f"                device='cpu', data_dir={str(tmp_path / 'data')!r})\n"
+        f"report = train(cfg, {str(tmp_path / 'run')!r})\n"
+        "print(report['steps'], sorted(report['scores']))\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps, names = done.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert int(steps) > 0 and "test" in names
+    assert (tmp_path / "run" / "config.yaml").read_text().startswith("seed: 1\n")

@@ -12,7 +12,7 @@ from ..data.corpus import (
     tokenizer_file,
     tokenizer_sha256,
 )
-from ..hardware.devices import resolve_device, seed_everything
+from ..hardware.devices import resolve_device, seed_everything, use_numpy_interface
 from ..errors import CheckpointError, ConfigError
 from .parallel import DataParallel
 from .precision import choose_precision
@@ -81,6 +81,7 @@ def train(cfg, run_dir, config_yaml=None):
     returns report.json's dict (None on workers other than rank 0, which only train).
     ``config_yaml``: the resolved config to keep in the run directory as config.yaml (None:
     ``cfg``'s keys), which a resume is checked against and mtx-heads reads."""
+    use_numpy_interface()  # a program calling this has not switched it on (the commands have)
     if config_yaml is None:
         from omegaconf import OmegaConf
         config_yaml = OmegaConf.to_yaml(OmegaConf.create(cfg.as_keys()))
