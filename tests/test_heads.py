@@ -186,7 +186,8 @@ def test_heads_script_runs_end_to_end(toy_run, tmp_path):
     out = tmp_path / "heads"
     done = run_script("heads", f"ckpt={toy_run}", "max_sentences=60", "leave_one_out=true",
                       "random_orders=2", "decode.beam_size=2", "prune_fraction=0.33",
-                      "finetune.minutes=0.05", "timing_rounds=1", f"out_dir={out}")
+                      "finetune.minutes=0.05", "finetune.distill_weight=0.5", "timing_rounds=1",
+                      f"out_dir={out}")
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     importance = json.loads((out / "importance.json").read_text())
     assert set(importance) >= {"layers", "gradient", "confidence", "leave_one_out_bleu"}
@@ -204,6 +205,7 @@ def test_heads_script_runs_end_to_end(toy_run, tmp_path):
     assert len(speed["full"]["seconds"]) == len(speed["pruned"]["seconds"]) == 1  # timing_rounds
     assert speed["full"]["sacrebleu"]["score"] > 80  # the trained toy model, not a broken load
     assert "pruned_before_finetune" in speed and speed["finetune"]["minutes"] == 0.05
+    assert speed["finetune"]["distill_weight"] == 0.5  # fine-tuned against the full model too
     assert (out / "pruned" / "metrics.jsonl").is_file()  # the fine-tuning run's record
     for png in ("importance.png", "pruning.png"):
         assert (out / png).stat().st_size > 1000

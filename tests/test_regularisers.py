@@ -75,6 +75,40 @@ def test_rdrop_without_dropout_is_the_plain_loss_and_with_it_adds_a_positive_ter
     assert math.isfinite(float(unweighted)) and float(weighted) > float(unweighted)
 
 
+def test_distilling_from_the_model_itself_mixes_its_nll_and_its_entropy(tiny_cfg):
+    """A teacher that is the student (no dropout in the tiny model): the loss is (1 - w) nll +
+    w H(p) over the valid target tokens (label smoothing 0), the nll is the plain one."""
+    from mtx.training.loss import distilled_loss_fn
+    from mtx.training.regularisers import WordDistillation
+    batch = _batch()
+    device_batch = [np.array(a) for a in (batch.src_tokens, batch.src_valid_len, batch.tgt_in,
+                                          batch.tgt_out, batch.tgt_valid_len)]
+    pieces = _pieces(tiny_cfg)
+    distil = WordDistillation(pieces.model, distilled_loss_fn(tiny_cfg.vocab_size, 0.0, 0.3,
+                                                              mx.cpu()))
+    with autograd.record():
+        loss, nll = distil.loss(pieces, *device_batch)
+    logits = pieces.model(*device_batch[:3]).asnumpy().astype("float64")  # (B, T, V)
+    log_p = logits - onp.log(onp.exp(logits).sum(-1, keepdims=True))
+    tgt_out, tgt_len = batch.tgt_out, batch.tgt_valid_len
+    valid = onp.arange(tgt_out.shape[1])[None, :] < tgt_len[:, None]  # (B, T)
+    gold = -onp.take_along_axis(log_p, tgt_out[..., None].astype(int), -1)[..., 0]
+    entropy = -(onp.exp(log_p) * log_p).sum(-1)
+    assert float(nll) == pytest.approx(gold[valid].sum(), rel=1e-4)
+    assert float(loss) == pytest.approx(0.7 * gold[valid].sum() + 0.3 * entropy[valid].sum(),
+                                        rel=1e-4)
+
+
+def test_a_teacher_and_rdrop_together_are_one_line_and_distilling_needs_training(tiny_cfg):
+    from mtx.heads.settings import FineTuning
+    from mtx.training.regularisers import Teacher, regularisers_of
+    with pytest.raises(ConfigError, match="set train.rdrop_alpha=0 for this training"):
+        regularisers_of(tiny_cfg, TrainConfig(rdrop_alpha=5.0), [mx.cpu()],
+                        Teacher(object(), 0.5))
+    with pytest.raises(ConfigError, match="give finetune.minutes > 0 too"):
+        FineTuning(distill_weight=0.5)
+
+
 @pytest.mark.parametrize("settings, words", [({"rdrop_alpha": -1.0}, "train.rdrop_alpha"),
                                              ({"rdrop_from": 1.0}, "train.rdrop_from=1.0"),
                                              ({"word_dropout": 1.0}, "train.word_dropout=1.0")])

@@ -6,6 +6,7 @@ speed.json."""
 import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,6 +47,9 @@ def setup(cfg, out):
     if data_cfg.name == "multi30k":
         data_cfg = dataclasses.replace(data_cfg, raw_dir=cfg.raw_dir)
     finetune = settings.finetune
+    if finetune.distilled_target:  # the training split's targets: the fine-tuning's alone
+        data_cfg = dataclasses.replace(data_cfg,
+                                       distilled_target=os.path.abspath(finetune.distilled_target))
     finetune_run = RunConfig(
         model=model.cfg, data=data_cfg, decode=decode_cfg, seed=run_cfg["seed"],
         data_dir=cfg.data_dir, train=dataclasses.replace(

@@ -17,9 +17,20 @@ class FineTuning:
     lr: float = setting(5e-4, "the peak learning rate, reached after warmup_steps, > 0, e.g. "
                               "5e-4", above=0)
     warmup_steps: int = setting(100, "1 or more steps", low=1)
+    distill_weight: float = setting(0.0, "word-level distillation from the full model while the "
+                                         "pruned one trains: the weight of the cross-entropy "
+                                         "against its distributions, in [0, 1) (0: none)",
+                                    low=0, below=1)
+    distilled_target: Optional[str] = setting(None, "sequence-level distillation: a file of "
+                                                    "the full model's translations of the "
+                                                    "training sources (mtx-translate), one per "
+                                                    "line, as the targets; or null")
 
     def __post_init__(self):
         check_settings(self, "finetune.")
+        if (self.distill_weight or self.distilled_target) and not self.minutes:
+            raise ConfigError("finetune.distill_weight and finetune.distilled_target act while "
+                              "the pruned model trains: give finetune.minutes > 0 too")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from ..decoding.search import load_decoder
 from ..files import temp_path
 from ..runs.pictures import gate_training_plot, importance_heatmaps, pruning_plot
 from ..training import continue_training
+from ..training.regularisers import Teacher
 from . import importance as heads
 from .files import write_gates, write_importance, write_pruning, write_speed
 from .gates import train_gates
@@ -101,7 +102,9 @@ def prune_and_time(s, source, gates, meta):
     models = {"full": s.model}  # its one traced graph serves gated and plain calls
     if s.finetune_run is not None:  # a `RunConfig`
         models["pruned_before_finetune"] = pruned
-        pruned, choice = continue_training(pruned, s.corpus, s.finetune_run, staging, s.ctx)
+        weight = s.settings.finetune.distill_weight
+        pruned, choice = continue_training(pruned, s.corpus, s.finetune_run, staging, s.ctx,
+                                           Teacher(s.model, weight) if weight else None)
         meta["finetune"] = {**dataclasses.asdict(s.settings.finetune), "final": choice}
     save_pruned_run(pruned, s.run_dir, staging, meta)
     os.replace(staging, s.out / "pruned")  # setup() refused an existing pruned/

@@ -30,9 +30,10 @@ class Pieces:
     regularisers: List = dataclasses.field(default_factory=list)  # `regularisers_of`
 
 
-def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None):
+def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None, teacher=None):
     """``precision``: a choice made before (`choose_precision`, e.g. the one a resumed run
-    started with); None: chosen now from ``train_cfg.precision``."""
+    started with); None: chosen now from ``train_cfg.precision``. ``teacher``: a
+    `regularisers.Teacher` to distil from, or None."""
     precision = precision or choose_precision(train_cfg.precision, ctxs)
     check_device(precision["used"], ctxs)
     train_cfg = dataclasses.replace(train_cfg, precision=precision["used"])  # loss_scale follows
@@ -55,4 +56,4 @@ def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None):
     params = [p for p in model.collect_params().values() if p.grad_req != "null"]
     ema = WeightAverage(params, ctxs[0], train_cfg.ema_decay) if train_cfg.ema_decay else None
     return Pieces(model, loss_fn, trainer, params, list(ctxs), loss_scales, precision, ema,
-                  regularisers_of(model_cfg, train_cfg, ctxs))
+                  regularisers_of(model_cfg, train_cfg, ctxs, teacher))

@@ -1,5 +1,6 @@
 """The training losses, each summed over the valid target positions: label-smoothed
-cross-entropy, and R-Drop's symmetric KL between two dropout passes."""
+cross-entropy, R-Drop's symmetric KL between two dropout passes, and word-level distillation
+from a teacher's distributions."""
 import numpy as onp
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
@@ -96,6 +97,33 @@ class RDropLoss(HybridBlock):
         loss, nll = self.smoothed(logits, tgt_out, tgt_valid_len)
         first_pass_len = F.np.split(tgt_valid_len, 2, axis=0)[0]  # (B,)
         return loss / 2 + self.alpha / 4 * self.consistency(logits, first_pass_len), nll / 2
+
+
+@use_np
+class DistilledLoss(HybridBlock):
+    """Word-level distillation (Kim and Rush 2016): logits (B, T, V), the teacher's logits
+    (B, T, V) of the same batch, tgt_out (B, T), tgt_valid_len (B,) -> (loss, nll): (1 -
+    ``weight``) times the smoothed loss plus ``weight`` times the cross-entropy against the
+    teacher's distribution, -sum_v q(v) log p(v), and the nll; both summed over the valid
+    positions. One cached graph, so the (B, T, V) gradient of both terms is summed inside it."""
+
+    def __init__(self, vocab_size, label_smoothing, weight, **kwargs):
+        super().__init__(**kwargs)
+        self.weight = weight
+        with self.name_scope():
+            self.smoothed = LabelSmoothedCrossEntropy(vocab_size, label_smoothing)
+
+    def hybrid_forward(self, F, logits, teacher_logits, tgt_out, tgt_valid_len):
+        loss, nll = self.smoothed(logits, tgt_out, tgt_valid_len)
+        soft = -(F.npx.softmax(teacher_logits, axis=-1)
+                 * F.npx.log_softmax(logits, axis=-1)).sum(axis=-1)  # (B, T)
+        soft = (soft * valid_positions(F, soft, tgt_valid_len)).sum()
+        return (1 - self.weight) * loss + self.weight * soft, nll
+
+
+def distilled_loss_fn(vocab_size, label_smoothing, weight, ctx):
+    """The `DistilledLoss` on ``ctx`` (a device or a list), initialized and hybridized."""
+    return _ready(DistilledLoss(vocab_size, label_smoothing, weight), ctx)
 
 
 def label_smoothed_loss(vocab_size, label_smoothing, ctx):

@@ -1,6 +1,7 @@
 """Regularisers of a training step beside dropout and label smoothing, behind one interface
-(`Regulariser`): word dropout on the inputs (`WordDropout`) and R-Drop's consistency between
-two dropout passes (`RDrop`). A new one is a subclass here, its setting in
+(`Regulariser`): word dropout on the inputs (`WordDropout`), R-Drop's consistency between
+two dropout passes (`RDrop`) and word-level distillation from a teacher model
+(`WordDistillation`). A new one is a subclass here, its setting in
 `mtx.config.TrainConfig` and a line in `regularisers_of`; the step (`mtx.training.steps`)
 needs nothing else."""
 import dataclasses
@@ -8,6 +9,7 @@ import dataclasses
 import numpy as onp
 
 from ..data.vocab import EOS, UNK
+from ..errors import ConfigError
 
 
 class Regulariser:
@@ -51,16 +53,46 @@ class RDrop(Regulariser):
         return rdrop_loss(pieces.model, self.loss_fn, src, src_len, tgt_in, tgt_out, tgt_len)
 
 
-def regularisers_of(model_cfg, train_cfg, ctxs):
-    """The regularisers ``train_cfg`` turns on, their blocks on ``ctxs``; at most one of them
-    computes the loss (`Regulariser.loss`)."""
-    from .loss import rdrop_loss_fn
+@dataclasses.dataclass(frozen=True)
+class Teacher:
+    """A model on the training's devices that a run distils from, and the weight of its
+    distributions in the loss, in (0, 1) (mtx-heads: its full model, finetune.distill_weight)."""
+    model: object
+    weight: float
+
+
+class WordDistillation(Regulariser):
+    """A `Teacher`: the loss against the teacher model's output distributions too
+    (`mtx.training.loss.DistilledLoss`); the teacher runs without dropout and is not trained."""
+
+    def __init__(self, teacher, loss_fn):
+        self.teacher, self.loss_fn = teacher, loss_fn
+
+    def loss(self, pieces, src, src_len, tgt_in, tgt_out, tgt_len):
+        from mxnet import autograd
+        logits = pieces.model(src, src_len, tgt_in)  # (B, T, V)
+        with autograd.pause():
+            teacher_logits = self.teacher(src, src_len, tgt_in).copy()  # its graph reuses memory
+        return self.loss_fn(logits, teacher_logits, tgt_out, tgt_len)
+
+
+def regularisers_of(model_cfg, train_cfg, ctxs, teacher=None):
+    """The regularisers ``train_cfg`` turns on (and the distillation from a `Teacher`), their
+    blocks on ``ctxs``; at most one of them computes the loss (`Regulariser.loss`)."""
+    from .loss import distilled_loss_fn, rdrop_loss_fn
+    if teacher is not None and train_cfg.rdrop_alpha:
+        raise ConfigError(f"train.rdrop_alpha={train_cfg.rdrop_alpha} and distillation from a "
+                          f"teacher each compute the loss: set train.rdrop_alpha=0 for this "
+                          f"training")
     found = []
     if train_cfg.word_dropout:
         found.append(WordDropout(train_cfg.word_dropout))
     if train_cfg.rdrop_alpha:
         found.append(RDrop(train_cfg.rdrop_from, rdrop_loss_fn(
             model_cfg.vocab_size, train_cfg.label_smoothing, train_cfg.rdrop_alpha, ctxs)))
+    if teacher is not None:
+        found.append(WordDistillation(teacher.model, distilled_loss_fn(
+            model_cfg.vocab_size, train_cfg.label_smoothing, teacher.weight, ctxs)))
     return found
 
 

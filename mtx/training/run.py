@@ -147,11 +147,11 @@ def fit_digests(fit):
     return int(fit.times_seen.sum()), seen, fit.state.step, params.hexdigest()[:16]
 
 
-def continue_training(model, corpus, cfg, run_dir, ctx):
+def continue_training(model, corpus, cfg, run_dir, ctx, teacher=None):
     """Train ``model`` (e.g. a pruned one) further on ``corpus``'s training split in a new run
-    directory, with the `RunConfig` ``cfg`` (its model: ``model.cfg``); returns (the model the
-    run chose, its choice)."""
-    fit = new_fit(corpus, dataclasses.replace(cfg, model=model.cfg), run_dir, [ctx])
+    directory, with the `RunConfig` ``cfg`` (its model: ``model.cfg``) and distilling from a
+    `regularisers.Teacher` when given; returns (the model the run chose, its choice)."""
+    fit = new_fit(corpus, dataclasses.replace(cfg, model=model.cfg), run_dir, [ctx], teacher)
     fit.run_dir.write_model_config(model.cfg)
     for name, param in fit.model._collect_params_with_prefix().items():
         param.set_data(model._collect_params_with_prefix()[name].data(ctx))
@@ -159,15 +159,16 @@ def continue_training(model, corpus, cfg, run_dir, ctx):
     return fit.model, choose_final(fit)
 
 
-def new_fit(corpus, cfg, run_dir, ctxs):
+def new_fit(corpus, cfg, run_dir, ctxs, teacher=None):
     """A `Fit` of the `RunConfig` ``cfg`` (its model config with the vocabulary size) on this
     process's devices ``ctxs`` alone (no cluster), its run directory created and its model
-    initialised from ``cfg.seed``: for fine-tuning, tests and benchmarks."""
+    initialised from ``cfg.seed``, distilling from ``teacher`` (a `regularisers.Teacher`) when
+    given: for fine-tuning, tests and benchmarks."""
     run = RunDir(run_dir)
     run.checkpoints.folder.mkdir(parents=True, exist_ok=True)
     seed_everything(cfg.seed)  # the initial parameters
     parallel = DataParallel(ctxs, cfg.train.kvstore)
-    pieces = build_pieces(cfg.model, cfg.train, ctxs, parallel.trainer_kvstore)
+    pieces = build_pieces(cfg.model, cfg.train, ctxs, parallel.trainer_kvstore, teacher=teacher)
     return Fit(pieces, corpus, training_pairs(corpus, cfg.data), cfg, run, parallel)
 
 
