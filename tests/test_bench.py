@@ -211,6 +211,24 @@ def test_train_on_the_toy_task(tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_profile_train_gives_each_operator_s_share_of_training_steps(tmp_path, monkeypatch,
+                                                                     capsys):
+    """`profile-train`: MXNet's per-operator totals over mtx's training steps, the longest
+    first; the peers are not mtx's to profile."""
+    monkeypatch.setenv("MXNET_EXEC_BULK_EXEC_TRAIN", "1")  # put back after: profile-train sets 0
+    monkeypatch.setenv("MTX_DATA_DIR", str(tmp_path / "cache"))  # toy data needs none
+    out = tmp_path / "train_profile.json"
+    main(["profile-train", "--model", "tiny", "--data", "toy", "--steps", "3",
+          "--warmup-steps", "1", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["impl"] == "mtx" and report["steps"] == 3 and report["target_tokens"] > 0
+    rows = report["operators"]
+    assert {"FullyConnected", "_backward_FullyConnected"} <= {row["operator"] for row in rows}
+    assert [r["ms"] for r in rows] == sorted((r["ms"] for r in rows), reverse=True)
+    assert "mtx: 3 training steps" in capsys.readouterr().out
+    assert "profiles mtx's own step" in one_line_error(capsys, ["profile-train", "--impl", "pytorch"])
+
+
 def test_decode_run_translates_with_beam_5_and_greedily(toy_run, tmp_path, capsys):
     """`decode --run`: mtx translates the run's test split with beam 5 and greedily, scored."""
     out = tmp_path / "decode.json"

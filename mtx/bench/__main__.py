@@ -6,6 +6,7 @@
     mtx-bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5]
     mtx-bench corpus [--pairs 2000000] [--small 29000] [--minutes 3] [--work DIR]
     mtx-bench profile --run RUN_DIR [--beam 5] [--max-sentences N]
+    mtx-bench profile-train [--impl mtx|mtx-bf16] [--steps 20] [--warmup-steps 20]
 
 Training: every implementation gets conf/model/small.yaml (--model, untied, the corpus's
 vocabulary, one dropout rate for attention too, as the peers take it), conf/data/multi30k_en_de.yaml
@@ -19,7 +20,8 @@ Decoding: the run's test split with beam 5 and greedily, best of --rounds; sever
 implementations each in a child process, one round a child, the children in turn (--rounds
 times), with the pairs' per-round ratios of seconds; several runs are translated by one mtx
 implementation in one process, in interleaved rounds (a smaller model against a larger one).
-Profile: where one translation's time goes, per MXNet operator (`mtx.bench.profile`).
+Profile: where one translation's (or --steps training steps') time goes, per MXNet operator
+(`mtx.bench.profile`).
 Tables go to stdout.
 """
 import argparse
@@ -35,7 +37,7 @@ from .inputs import DEFAULT_DATA, DEFAULT_MODEL
 from .measure import (DECODE_DEFAULT, DECODE_IMPLS, MTX_PRECISIONS, RUN_BEAMS, TRAIN_DEFAULT, TRAIN_IMPLS,
                       decode_runs, describe, measure, train_settings)
 from .corpus import measure_corpus
-from .profile import measure_profile
+from .profile import measure_profile, measure_train_profile
 from .serve import measure_serve
 
 log = logging.getLogger("mtx.bench")
@@ -129,6 +131,7 @@ OPTIONS = {
     "max-sentences": dict(type=number(int, 1), help="only the first N test sentences"),
     "clients": dict(default="1,4,16", help="concurrent clients, one row each"),
     "beam": dict(type=number(int, 1), default=5),
+    "steps": dict(type=number(int, 1), default=20, help="training steps profiled"),
     "pairs": dict(type=number(int, 1), default=2_000_000, help="pairs of the large corpus"),
     "small": dict(type=number(int, 1), default=29_000, help="its first lines: the small corpus"),
     "minutes": dict(type=number(float, 0), default=3.0, help="training minutes of each start"),
@@ -142,7 +145,9 @@ COMMANDS = {"train": (run_measurement, "training throughput, MFU and paired rati
             "corpus": (measure_corpus, "a large files corpus against a small one: memory, "
                        "start-up, tokens/s (docs/performance.md)", "pairs small minutes work"),
             "profile": (measure_profile, "where a translation's time goes: MXNet's profiler, "
-                        "per operator", "run beam max-sentences")}
+                        "per operator", "run beam max-sentences"),
+            "profile-train": (measure_train_profile, "where a training step's time goes, per "
+                              "operator", "impl model data steps warmup-steps")}
 
 
 def main(argv=None):

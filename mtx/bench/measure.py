@@ -3,7 +3,8 @@
     mtx, mtx-bf16     the product's training step (`mtx.training.steps`) and translation, in
                       float32 / with bfloat16 products
     gluonnlp, d2l     the peers' training steps (`peers`)
-    pytorch, pytorch-bf16, pytorch-compile   a plain PyTorch model's (`torch_peer`)
+    pytorch, pytorch-bf16, pytorch-compile[-max][-bf16]   a plain PyTorch model's, eager and
+                      compiled (`torch_peer`)
     ct2-float32, ct2-int8, ct2-int8-as-float32   a trained run exported to CTranslate2
                       (`mtx.deploy`); the last computes the int8 export in float32
     ct2-float32-defaults   the float32 export called as CTranslate2's users call it

@@ -1,10 +1,16 @@
 """The peer a PyTorch user would write: the benchmark's model with ``torch.nn.Transformer``
 (post-norm, untied embeddings, sinusoidal positions), label-smoothed cross-entropy, Adam and
-gradient clipping as mtx trains, on the benchmark's own batches and OMP_NUM_THREADS threads.
+gradient clipping as mtx trains, on the benchmark's own batches and OMP_NUM_THREADS threads, at
+its best: PyTorch's fused AdamW (decay on the weight matrices only, as mtx), one foreach
+clipping over all gradients, and mtx's dropouts (no dropout inside the feed-forward block, which
+``nn.Transformer`` adds and mtx, gluonnlp and fairseq do not have).
 
-    pytorch          eager, float32
-    pytorch-bf16     eager, matrix products in bfloat16 (CPU autocast)
-    pytorch-compile  torch.compile(dynamic=True), float32 (compiled in the untimed warm-up)
+    pytorch                 eager, float32
+    pytorch-bf16            eager, matrix products in bfloat16 (CPU autocast)
+    pytorch-compile         torch.compile(dynamic=True), float32 (compiled in the untimed warm-up)
+    pytorch-compile-bf16    the same with CPU autocast to bfloat16
+    pytorch-compile-max     torch.compile's max-autotune mode (no CUDA graphs), float32
+    pytorch-compile-max-bf16   the same with CPU autocast to bfloat16
 
 PyTorch is not a dependency of mtx: ``pip install -e '.[bench-torch]'`` installs it for this peer.
 """
@@ -15,8 +21,13 @@ from ..data.vocab import PAD
 from ..errors import ConfigError
 
 TORCH_LEARNING_RATE = 5e-4  # Adam; the step's cost does not depend on it
-TORCH_PEERS = {"pytorch": ("float32", False), "pytorch-bf16": ("bfloat16", False),
-               "pytorch-compile": ("float32", True)}  # name -> (precision, compiled)
+MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
+# name -> (precision, torch.compile's mode or None: eager)
+TORCH_PEERS = {"pytorch": ("float32", None), "pytorch-bf16": ("bfloat16", None),
+               "pytorch-compile": ("float32", "default"),
+               "pytorch-compile-bf16": ("bfloat16", "default"),
+               "pytorch-compile-max": ("float32", MAX_AUTOTUNE),
+               "pytorch-compile-max-bf16": ("bfloat16", MAX_AUTOTUNE)}
 
 
 def _torch():
@@ -48,6 +59,8 @@ def seq2seq(torch, cfg):
                 d_model=D, nhead=cfg.num_heads, num_encoder_layers=cfg.num_encoder_layers,
                 num_decoder_layers=cfg.num_decoder_layers, dim_feedforward=cfg.ffn_num_hiddens,
                 dropout=cfg.dropout, batch_first=True)
+            for layer in (*self.transformer.encoder.layers, *self.transformer.decoder.layers):
+                layer.dropout = nn.Identity()  # the one inside the feed-forward block
             self.output = nn.Linear(D, V)
 
         def embed(self, embedding, tokens):
@@ -82,12 +95,16 @@ class TorchPeer:
         torch = self.torch = _torch()
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()))
         torch.manual_seed(1)
-        self.precision, compiled = TORCH_PEERS[name]
+        self.precision, mode = TORCH_PEERS[name]
         self.module = seq2seq(torch, model_cfg)
-        self.model = torch.compile(self.module, dynamic=True) if compiled else self.module
-        self.optimizer = torch.optim.Adam(self.module.parameters(), lr=TORCH_LEARNING_RATE,
-                                          betas=(train_cfg.beta1, train_cfg.beta2),
-                                          eps=train_cfg.epsilon)
+        self.model = (self.module if mode is None else
+                      torch.compile(self.module, dynamic=True, mode=mode))
+        matrices = [p for p in self.module.parameters() if p.dim() >= 2]
+        others = [p for p in self.module.parameters() if p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": matrices, "weight_decay": train_cfg.weight_decay},
+             {"params": others, "weight_decay": 0.0}], lr=TORCH_LEARNING_RATE,
+            betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.epsilon, fused=True)
         self.label_smoothing, self.clip_norm = train_cfg.label_smoothing, train_cfg.clip_norm
 
     def train_step(self, b):
@@ -101,6 +118,6 @@ class TorchPeer:
             label_smoothing=self.label_smoothing, reduction="sum")
         self.optimizer.zero_grad(set_to_none=True)
         (loss / b.num_tgt_tokens).backward()
-        torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.clip_norm)
+        torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.clip_norm, foreach=True)
         self.optimizer.step()
         return _Loss(loss)
