@@ -99,6 +99,15 @@ def test_iterative_order_rescores_at_the_current_gates():
     assert onp.array_equal(seen[0], onp.ones((2, 3))) and seen[1][0, 0] == 0 and len(seen) == 5
 
 
+def test_iterative_order_from_a_pruned_models_gates_stops_at_its_limit():
+    gates = onp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # layer 0 keeps two heads (padded)
+    importance = lambda g: onp.array([[5.0, 6.0, 0.0], [1.0, 2.0, 3.0]]) * g
+    order = heads.iterative_order(importance, (2, 3), fraction_step=0.2, gates=gates, limit=3)
+    assert order == [(1, 0), (1, 1), (0, 0)]  # the padding (0, 2) is never a head to remove
+    assert heads.iterative_order(importance, (2, 3), gates=gates, limit=1) == [(1, 0)]
+    assert len(heads.iterative_order(importance, (2, 3), gates=gates)) == 3  # one per layer left
+
+
 def test_loss_importance_is_the_rise_of_the_loss_for_heads_still_on(toy):
     weights = onp.array([[0.5, 0.1, 0.3], [0.2, 0.4, 0.6]])
     synthetic = lambda gates: float((weights * (1 - gates)).sum())
@@ -223,8 +232,30 @@ def test_heads_script_runs_end_to_end(toy_run, tmp_path):
     assert (out / "pruned" / "metrics.jsonl").is_file()
 
 
+def test_gradual_pruning_cuts_in_steps_with_training_between(toy_run, tmp_path):
+    out = tmp_path / "gradual"
+    done = run_script("heads", f"ckpt={toy_run}", "method=gradual", "prune_fraction=0.5",
+                      "gradual.steps=2", "finetune.minutes=0.05", "max_sentences=60",
+                      "decode.beam_size=2", "timing_rounds=1", f"out_dir={out}")
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    speed = json.loads((out / "speed.json").read_text())
+    cuts = speed["gradual"]["cuts"]
+    assert speed["method"] == "gradual" and [c["removed"] for c in cuts] == [6, 6]
+    # each cut keeps a subset of the heads the one before kept, numbered as in the full model
+    for before, after in zip([[list(range(4))] * 6] + [c["kept_heads"] for c in cuts], cuts):
+        assert all(set(b) >= set(a) and a for b, a in zip(before, after["kept_heads"]))
+    assert sum(map(len, cuts[0]["kept_heads"])) == 18 and "final" in cuts[0]
+    assert [len(k) for k in cuts[1]["kept_heads"]] == speed["kept_per_layer"]
+    assert sum(speed["kept_per_layer"]) == 12 and speed["finetune"]["minutes"] == 0.05
+    assert (out / "gradual" / "cut_1" / "metrics.jsonl").is_file()  # the first cut trained
+    assert (out / "pruned" / "metrics.jsonl").is_file()  # and the last
+    assert speed["pruned"]["sacrebleu"]["score"] > 0
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["prune_fraction=0.9"], "prune_fraction=0.9 would keep 2 of the 24 heads; keep at least one"),
+    (["method=gradual", "prune_fraction=0.05", "finetune.minutes=1", "gradual.steps=3"],
+     "prune_fraction=0.05 removes 1 of the 24 heads, fewer than gradual.steps=3 cuts"),
     (["prune_fraction=0.01"], "prune_fraction=0.01 would keep 24 of the 24 heads"),
     (["target_heads=12"], "target_heads= is for method=l0"),
     (["timing_rounds=0"], "timing_rounds=0: give rounds in which the full and the pruned model"),
@@ -281,6 +312,9 @@ def test_prune_fraction_becomes_heads_to_remove(method, fraction, removed):
      "l0.minutes=0, l0.max_steps=null: the gates need minutes > 0 or max_steps >= 1"),
     (["method=l0"], "method=l0 needs exactly one of target_heads="),
     (["method=greedy"], "method=greedy: give order (the importance orders"),
+    (["method=gradual", "prune_fraction=0.5"], "method=gradual cuts prune_fraction= of the heads "
+                                                "with training between the cuts: give"),
+    (["method=gradual", "gradual.steps=1"], "gradual.steps=1: give the cuts, 2 or more"),
 ])
 def test_bad_study_settings_name_the_key_and_what_to_give(overrides, message):
     """conf/heads.yaml's study keys, as a command line sets them, before any work."""

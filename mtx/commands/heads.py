@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from ..data.corpus import load_corpus
 from ..hardware.devices import use_numpy_interface
 from ..errors import CheckpointError, ConfigError
-from ..heads.stages import learned_gates, ordered_gates, prune_and_time, score_heads
+from ..heads.stages import gradual_cuts, learned_gates, ordered_gates, prune_and_time, score_heads
 from ..config import RunConfig, TrainConfig
 from ..heads.settings import StudySettings
 from ..typecheck import from_dict
@@ -54,7 +54,9 @@ def setup(cfg, out):
         model=model.cfg, data=data_cfg, decode=decode_cfg, seed=run_cfg["seed"],
         data_dir=cfg.data_dir, train=dataclasses.replace(
             from_dict(TrainConfig, run_cfg["train"], "train"), lr=finetune.lr,
-            warmup_steps=finetune.warmup_steps, max_minutes=finetune.minutes, resume=False,
+            warmup_steps=finetune.warmup_steps, resume=False,
+            max_minutes=finetune.minutes / (settings.gradual.steps  # each cut's share
+                                            if settings.method == "gradual" else 1),
             devices=None, kvstore="device")) if finetune.minutes else None
     to_remove = settings.heads_to_remove(model.cfg)
     corpus = load_corpus(data_cfg, cfg.data_dir, run_cfg["seed"], tokenizer)
@@ -78,6 +80,8 @@ def study_heads(cfg):
         s = setup(cfg, out)
         if s.settings.method == "l0":
             speed = prune_and_time(s, *learned_gates(s))
+        elif s.settings.method == "gradual":
+            speed = prune_and_time(s, *gradual_cuts(s))
         else:
             speed = prune_and_time(s, *ordered_gates(s, *score_heads(s)))
     print(json.dumps({k: speed[k] for k in ("removed_heads", "speedup")}))

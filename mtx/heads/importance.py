@@ -121,19 +121,22 @@ def removal_order(importance, keep_one_per_layer=True):
     return [(a, h) for _, a, h in flat if last[a] != h]
 
 
-def iterative_order(importance_fn, shape, fraction_step=0.1):
+def iterative_order(importance_fn, shape, fraction_step=0.1, gates=None, limit=None):
     """Removal order re-scored as heads go (Michel et al.'s iterative pruning): score the heads
     with ``importance_fn(gates)`` at the current gates, remove the round(fraction_step * all
-    heads) least important that remain (a layer keeps its last head), and repeat."""
-    total, gates, order = shape[0] * shape[1], onp.ones(shape), []
+    heads) least important that remain (a layer keeps its last head), and repeat; from
+    ``gates`` (A, H) 0/1 (None: all on; a pruned model's padding is 0), until ``limit`` heads
+    are removed (None: all it can)."""
+    gates = onp.ones(shape) if gates is None else onp.array(gates, dtype=float)
+    total, order = int(gates.sum()), []
     per_step = max(1, int(round(fraction_step * total)))
-    while True:
+    while limit is None or len(order) < limit:
         importance = importance_fn(gates)
         candidates = [(a, h) for a, h in removal_order(importance) if gates[a, h] > 0]
         left = {a: int(gates[a].sum()) for a in range(shape[0])}
         taken = []
         for a, h in candidates:
-            if len(taken) == per_step:
+            if len(taken) == per_step or (limit is not None and len(order) + len(taken) == limit):
                 break
             if left[a] > 1:
                 taken.append((a, h))
@@ -143,6 +146,7 @@ def iterative_order(importance_fn, shape, fraction_step=0.1):
         for a, h in taken:
             gates[a, h] = 0
         order += taken
+    return order
 
 
 def curve_steps(total, fraction_step=0.1, extra=()):

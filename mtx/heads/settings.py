@@ -6,7 +6,9 @@ from typing import Optional
 from ..errors import ConfigError
 from ..typecheck import check_settings, setting, shown
 
-METHODS = ("order", "l0")  # importance orders and their curves; learned gates (`mtx.heads.gates`)
+# importance orders and their curves; learned gates (`mtx.heads.gates`); cuts with training
+# between them (`mtx.heads.stages.gradual_cuts`)
+METHODS = ("order", "l0", "gradual")
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,26 @@ class GateTraining:
 
 
 @dataclass(frozen=True)
+class GradualPruning:
+    """conf/heads.yaml ``gradual`` (method=gradual): Michel et al.'s iterative pruning with
+    training between the cuts (`mtx.heads.stages.gradual_cuts`)."""
+    steps: int = setting(3, "the cuts, 2 or more: before each the heads left are ranked by the "
+                            "rise of the importance split's loss with each gated off alone "
+                            "(re-ranked after every tenth of the heads), and after each the "
+                            "model trains finetune.minutes / steps", low=2)
+
+    def __post_init__(self):
+        check_settings(self, "gradual.")
+
+
+@dataclass(frozen=True)
 class StudySettings:
     """The settings of the head study in conf/heads.yaml (the run, its checkpoint, decode.*,
     device= and the paths are the command's), checked before any work: a bad one found after
     the study would lose it."""
-    method: str = setting("order", "order (the importance orders and their curves) or l0 "
-                                   "(learned gates, `mtx.heads.gates`)", choices=METHODS)
+    method: str = setting("order", "order (the importance orders and their curves), l0 "
+                                   "(learned gates, `mtx.heads.gates`) or gradual (cuts with "
+                                   "training between them, gradual.*)", choices=METHODS)
     target_heads: Optional[int] = setting(None, "a whole number of heads to keep (method=l0; "
                                                 "or prune_fraction=), or null")
     importance_split: str = setting("val", "the held-out split of the run's corpus that the "
@@ -90,10 +106,16 @@ class StudySettings:
                                     "the test split in turn, 1 or more", low=1)
     finetune: FineTuning = field(default_factory=FineTuning)
     l0: GateTraining = field(default_factory=GateTraining)
+    gradual: GradualPruning = field(default_factory=GradualPruning)
 
     def __post_init__(self):
         check_settings(self)
-        if self.method == "order" and self.target_heads is not None:
+        if self.method == "gradual" and not (self.prune_fraction and self.finetune.minutes):
+            raise ConfigError(f"method=gradual cuts prune_fraction= of the heads with training "
+                              f"between the cuts: give prune_fraction= > 0 and finetune.minutes= "
+                              f"> 0 (shared by the gradual.steps={self.gradual.steps} cuts), "
+                              f"e.g. prune_fraction=0.75 finetune.minutes=20")
+        if self.method != "l0" and self.target_heads is not None:
             raise ConfigError("target_heads= is for method=l0; with the importance orders give "
                               "prune_fraction= (the fraction of heads to remove), e.g. 0.5")
         if self.method == "l0" and (self.target_heads is None) == (self.prune_fraction is None):
@@ -115,6 +137,11 @@ class StudySettings:
         keep = (self.target_heads if self.target_heads is not None
                 else total - int(round(self.prune_fraction * total)))
         control = self.method == "order" and self.prune_fraction == 0
+        if self.method == "gradual" and total - keep < self.gradual.steps:
+            raise ConfigError(f"prune_fraction={self.prune_fraction} removes {total - keep} "
+                              f"of the {total} heads, fewer than gradual.steps="
+                              f"{self.gradual.steps} cuts; give fewer steps or a larger "
+                              f"prune_fraction")
         if not (control or layers <= keep < total):
             asked = (f"target_heads={self.target_heads}" if self.target_heads is not None
                      else f"prune_fraction={self.prune_fraction}")

@@ -1,7 +1,8 @@
 """The stages of a head study (mtx-heads; `mtx.commands.heads` prepares its settings ``s``):
 importance scores and pruning curves (`score_heads`), the gates to prune by, from those curves
-(`ordered_gates`) or learned (`learned_gates`), and the pruned model with its speed
-(`prune_and_time`). Each writes its files into ``s.out`` (`mtx.heads.files`)."""
+(`ordered_gates`), learned (`learned_gates`) or cut in steps with training between them
+(`gradual_cuts`), and the pruned model with its speed (`prune_and_time`). Each writes its
+files into ``s.out`` (`mtx.heads.files`)."""
 import dataclasses
 import logging
 import os
@@ -17,7 +18,7 @@ from ..training import continue_training
 from ..training.regularisers import Teacher
 from . import importance as heads
 from .files import write_gates, write_importance, write_pruning, write_speed
-from .gates import train_gates
+from .gates import train_gates, valid_heads
 from .study import GatedScorer, choose_pruning, curves, importance_scores, save_pruned_run
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,47 @@ def learned_gates(s):
     return gated, result["gates"], meta
 
 
+def finetuned(s, model, run_dir):
+    """``model`` trained further in the new run directory ``run_dir`` with ``s.finetune_run``,
+    distilling from the full model with finetune.distill_weight -> (the model its run chose,
+    the choice)."""
+    weight = s.settings.finetune.distill_weight
+    return continue_training(model, s.corpus, s.finetune_run, run_dir, s.ctx,
+                             Teacher(s.model, weight) if weight else None)
+
+
+def gradual_cuts(s):
+    """method=gradual (Michel et al.'s iterative pruning, with training between the cuts): the
+    ``s.to_remove`` heads cut in gradual.steps shares, each by the iterative loss order ranked
+    on the model as it is then; every cut but the last is followed by its share of the
+    fine-tuning (setup gives ``s.finetune_run`` that share), in gradual/cut_K/. The last cut
+    and its training are `prune_and_time`'s. -> (the model before the last cut, its gates
+    (A, H), meta with every cut's kept heads, numbered as in the full model)."""
+    steps, n = s.settings.gradual.steps, s.settings.max_sentences
+    src_ids, tgt_ids = (ids[:n] for ids in s.corpus.ids[s.settings.importance_split])
+    model, cuts = s.model, []
+    A, H = s.model.cfg.num_attention_layers, s.model.cfg.num_heads
+    original = [list(range(H)) for _ in range(A)]  # the full model's number of each head
+    for k in range(1, steps + 1):
+        count = round(s.to_remove * k / steps) - round(s.to_remove * (k - 1) / steps)
+        gates = valid_heads([model.cfg.heads_of(a) for a in range(A)], H).astype(float)
+        loss = heads.gated_loss(model, src_ids, tgt_ids, s.ctx)
+        for a, h in heads.iterative_order(lambda g: heads.loss_importance(loss, g), (A, H),
+                                          gates=gates, limit=count):
+            gates[a, h] = 0
+        original = [[original[a][h] for h in kept]
+                    for a, kept in enumerate(heads.kept_heads(gates, model.cfg))]
+        cuts.append({"removed": count, "kept_heads": original})
+        log.info("gradual pruning, cut %d of %d: %d heads out, %d kept", k, steps, count,
+                 sum(map(len, original)))
+        if k < steps:
+            run_dir = s.out / "gradual" / f"cut_{k}"
+            shutil.rmtree(run_dir, ignore_errors=True)  # a dead study's (this one holds out/)
+            model, cuts[-1]["final"] = finetuned(s, heads.prune(model, gates, s.ctx), run_dir)
+    return model, gates, {"method": "gradual", "removed_heads": s.to_remove,
+                          "gradual": {"steps": steps, "cuts": cuts}}
+
+
 def prune_and_time(s, source, gates, meta):
     """The model ``source`` cut to ``gates`` (fine-tuned if asked) in pruned/, and its speed
     against the full model."""
@@ -102,9 +144,7 @@ def prune_and_time(s, source, gates, meta):
     models = {"full": s.model}  # its one traced graph serves gated and plain calls
     if s.finetune_run is not None:  # a `RunConfig`
         models["pruned_before_finetune"] = pruned
-        weight = s.settings.finetune.distill_weight
-        pruned, choice = continue_training(pruned, s.corpus, s.finetune_run, staging, s.ctx,
-                                           Teacher(s.model, weight) if weight else None)
+        pruned, choice = finetuned(s, pruned, staging)
         meta["finetune"] = {**dataclasses.asdict(s.settings.finetune), "final": choice}
     save_pruned_run(pruned, s.run_dir, staging, meta)
     os.replace(staging, s.out / "pruned")  # setup() refused an existing pruned/
