@@ -304,8 +304,10 @@ def run_read_only(directory, name, *overrides):
 
 @pytest.fixture
 def read_only_run(toy_run, tmp_path):
-    """A copy of the toy run to make read-only (the session's run stays writable)."""
-    return shutil.copytree(toy_run, tmp_path / "run")
+    """A copy of the toy run to make read-only (the session's run stays writable), without
+    what other tests' commands wrote into the session's run (its eval/ and heads/)."""
+    return shutil.copytree(toy_run, tmp_path / "run",
+                           ignore=shutil.ignore_patterns("eval", "heads"))
 
 
 @pytest.mark.slow
