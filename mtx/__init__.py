@@ -8,5 +8,9 @@ import os as _os
 # before mxnet, as every mtx command and script does.)
 _os.environ.setdefault("OMP_NUM_THREADS", str(len(_os.sched_getaffinity(0))))
 
-# Before anything imports mxnet: what MXNet 1.9.1 needs from newer numpy and Python (mtx.compat).
+# Before anything imports mxnet: what MXNet 1.9.1 needs from newer numpy and Python (mtx.compat),
+# and glibc's malloc arenas capped before MXNet's threads allocate (mtx.hardware.allocator).
 from . import compat as _compat  # noqa: E402,F401
+from .hardware.allocator import cap_arenas as _cap_arenas  # noqa: E402
+
+_cap_arenas()

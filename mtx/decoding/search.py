@@ -11,6 +11,7 @@ import numpy as onp
 from mxnet import np
 
 from ..data.batching import length_groups, source_batch
+from ..hardware.allocator import release_free_memory
 from .lines import LineTranslator
 from ..data.vocab import BOS, EOS, SPECIALS
 from .beam_step import NEG_INF, beam_step
@@ -150,5 +151,6 @@ class Translator(LineTranslator):
                                self.cfg.nbest, self.head_gates)
             for j, h in zip(group, hyps):
                 results[j] = h
+            release_free_memory()  # the batch's caches, before the next batch allocates
         return results
 
