@@ -13,7 +13,6 @@ than glibc (musl, macOS) nothing is done. Effective only before the threads firs
 ``import mtx`` calls `cap_arenas` before anything imports mxnet; it must not import mxnet.
 """
 import ctypes
-import ctypes.util
 import functools
 import os
 
@@ -25,8 +24,8 @@ M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
 def _glibc():
     """glibc's ``mallopt`` and ``malloc_trim`` as ctypes functions, or None on another C
     library."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    try:  # the C library this process runs on (find_library would run ldconfig at import)
+        libc = ctypes.CDLL(None)
         mallopt, trim = libc.mallopt, libc.malloc_trim
     except (OSError, AttributeError):  # not glibc: its own allocator, its own rules
         return None
