@@ -25,8 +25,9 @@ class FineTuning:
                                     low=0, below=1)
     distilled_target: Optional[str] = setting(None, "sequence-level distillation: a file of "
                                                     "the full model's translations of the "
-                                                    "training sources (mtx-translate), one per "
-                                                    "line, as the targets; or null")
+                                                    "training sources, one per line (mtx-"
+                                                    "evaluate ckpt=<run> split=train writes it), "
+                                                    "as the targets; or null")
 
     def __post_init__(self):
         check_settings(self, "finetune.")
