@@ -15,8 +15,10 @@ def _fine_tune(toy_run, run_dir, *overrides):
 
 def test_a_run_started_from_another_begins_where_it_ended_and_says_so(toy_run, tmp_path):
     """One epoch from the trained toy run translates about as well as the run (one epoch from
-    scratch cannot), with the run's tokenizer; run.json and report.json name where it started."""
-    done = _fine_tune(toy_run, tmp_path / "tuned")
+    scratch cannot), with the run's tokenizer; run.json and report.json name where it started.
+    It fine-tunes at a quarter of the toy's peak rate, as one fine-tunes: the optimizer starts
+    anew, and its first 39 steps at the toy's own rate took 10-20 BLEU off the memorised task."""
+    done = _fine_tune(toy_run, tmp_path / "tuned", "train.lr=0.0005")
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     report = json.loads((tmp_path / "tuned" / "report.json").read_text())
     parent = json.loads((toy_run / "report.json").read_text())
@@ -24,7 +26,7 @@ def test_a_run_started_from_another_begins_where_it_ended_and_says_so(toy_run, t
     assert report["init_from"] == started and report["epochs"] == 1
     assert json.loads((tmp_path / "tuned" / "run.json").read_text())["init_from"] == started
     score = report["scores"]["test_2016_flickr"]["sacrebleu"]["score"]
-    assert score > parent["scores"]["test_2016_flickr"]["sacrebleu"]["score"] - 10
+    assert score > parent["scores"]["test_2016_flickr"]["sacrebleu"]["score"] - 5
     scratch_dir = tmp_path / "scratch"
     scratch = run_command("train", "experiment=toy", "train.precision=float32",
                           "train.max_epochs=1", f"hydra.run.dir={scratch_dir}", cwd=tmp_path,
