@@ -74,15 +74,17 @@ def _loss_block(native, make, hybridize):
     return block
 
 
-def _loss_and_grads(native, logits, labels, lengths, eps, hybridize, nll_weight):
-    """(smoothed loss sum, nll sum, d logits) of LabelSmoothedCrossEntropy, fused or composed;
-    backward from loss + nll_weight * nll (the trainer's backward is loss alone)."""
+def _loss_and_grads(native, logits, labels, lengths, eps, hybridize, nll_weight,
+                    prepare=lambda logits: logits):
+    """(smoothed loss sum, nll sum, d logits) of LabelSmoothedCrossEntropy, fused or composed,
+    of ``prepare(logits)`` (recorded: its backward brings the gradient to ``logits``); backward
+    from loss + nll_weight * nll (the trainer's backward is loss alone)."""
     loss_fn = _loss_block(native, lambda: LabelSmoothedCrossEntropy(logits.shape[-1], eps),
                           hybridize)
     logits = logits.copy()
     logits.attach_grad()
     with autograd.record():
-        loss, nll = loss_fn(logits, labels, lengths)
+        loss, nll = loss_fn(prepare(logits), labels, lengths)
         total = loss + nll_weight * nll
     total.backward()
     return float(loss), float(nll), logits.grad.asnumpy()
@@ -108,6 +110,39 @@ def test_fused_cross_entropy_matches_the_composed_one(hybridize, eps, label_dtyp
     onp.testing.assert_allclose(ours[2], reference[2], rtol=1e-4, atol=1e-6)
     assert (ours[2][1, 2:] == 0).all() and (ours[2][2] == 0).all()  # masked: exact zeros
     assert abs(ours[2][0]).max() > 0.1  # not a trivial gradient
+
+
+def _to_bfloat16(array):
+    from mxnet.contrib.amp.amp import bfloat16
+    return mx_nd.amp_cast(array.as_nd_ndarray(), dtype=bfloat16).as_np_ndarray()
+
+
+def _to_float32(array):
+    return mx_nd.amp_cast(array.as_nd_ndarray(), dtype="float32").as_np_ndarray()
+
+
+@needs_compiler
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_fused_cross_entropy_reads_bfloat16_logits_and_writes_a_bfloat16_gradient(hybridize):
+    """bfloat16 logits (the output layer's product with bfloat16 products) give the loss of
+    their float32 values, and a bfloat16 gradient that is the float32 gradient cast as MXNet
+    casts it (to nearest, ties to even), within one rounding: no float32 copy of the logits.
+    (MXNet's NumPy interface cannot copy a bfloat16 array: they are made inside the record.)"""
+    assert kernels.load()
+    rng = onp.random.RandomState(2)
+    B, T, V = 3, 5, 301
+    logits = np.array(rng.normal(0, 8, size=(B, T, V)) + 50, dtype="float32")
+    labels = np.array(rng.randint(0, V, size=(B, T)), dtype="int32")
+    lengths = np.array([5, 2, 0], dtype="int32")
+    loss, nll, grad = _loss_and_grads(True, logits, labels, lengths, 0.1, hybridize, 0.5,
+                                      prepare=_to_bfloat16)  # grad: bfloat16's, widened
+    widened = _to_float32(_to_bfloat16(logits))
+    reference = _loss_and_grads(True, widened, labels, lengths, 0.1, hybridize, 0.5)
+    onp.testing.assert_allclose([loss, nll], reference[:2], rtol=1e-6)
+    rounded = _to_float32(_to_bfloat16(np.array(reference[2]))).asnumpy()
+    onp.testing.assert_allclose(grad, rounded, rtol=2 ** -7, atol=1e-9)
+    assert (grad == rounded).mean() > 0.99  # the same rounding, not merely close
+    assert (grad[1, 2:] == 0).all() and (grad[2] == 0).all() and abs(grad[0]).max() > 0.1
 
 
 def _symmetric_kl_and_grad(native, logits, lengths, hybridize):

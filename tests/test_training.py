@@ -8,6 +8,7 @@ import numpy as onp
 import pytest
 from mxnet import np
 
+from mtx import kernels
 from mtx.config import DataConfig, RunConfig, TrainConfig
 from mtx.errors import CheckpointError, ConfigError
 from mtx.runs.rundir import RunDir, load_run
@@ -159,6 +160,28 @@ def test_dynamic_loss_scale_halves_on_overflow_and_grows_after_a_window():
         scale.update(mx.nd.array([finite]))
         seen.append(scale.value.asscalar())
     assert seen == [4.0, 4.0, 4.0, 8.0, 8.0, 4.0, 4.0]
+
+
+def test_bfloat16_products_hand_the_loss_bfloat16_logits(tmp_path, monkeypatch):
+    """With bfloat16 products the native loss reads the output layer's bfloat16 logits (the
+    (rows, V) array is cast in neither direction): the same training as through float32 logits,
+    to the rounding of the sums. R-Drop's and distillation's losses keep float32 logits."""
+    from mtx.training import build
+    from mtx.training.precision import bfloat16_unavailable
+    bf16 = TrainConfig(precision="bfloat16")
+    assert build.loss_reads_bfloat16(bf16, None) == kernels.load()
+    assert not build.loss_reads_bfloat16(TrainConfig(precision="float32"), None)
+    assert not build.loss_reads_bfloat16(TrainConfig(precision="bfloat16", rdrop_alpha=5), None)
+    assert not build.loss_reads_bfloat16(bf16, teacher=object())
+    if bfloat16_unavailable() or not kernels.load():
+        pytest.skip("this CPU runs no bfloat16 products (tests/test_model.py checks the refusal)")
+    direct, fit = _short_fit(tmp_path / "a", seed=5, precision="bfloat16")
+    assert fit.model.logits_in_compute_dtype
+    monkeypatch.setattr(build, "loss_reads_bfloat16", lambda train_cfg, teacher: False)
+    cast, fit = _short_fit(tmp_path / "b", seed=5, precision="bfloat16")
+    assert not fit.model.logits_in_compute_dtype
+    for name in direct:
+        onp.testing.assert_allclose(direct[name], cast[name], rtol=0.02, atol=2e-3, err_msg=name)
 
 
 def test_float16_on_a_cpu_is_a_config_error(tmp_path):

@@ -4,10 +4,11 @@ model keeping its own decoder state. The runs must share one vocabulary (the sam
 """
 import dataclasses
 
-from mxnet import np, npx
+from mxnet import nd, np, npx
 
 from ..errors import ConfigError, MtxError
 from ..model import incremental
+from ..model.precision import as_float32
 
 
 class Ensemble:
@@ -39,7 +40,8 @@ class Ensemble:
         tokens, position = more[0], np.full((1,), states[0]["t"], dtype="int32", ctx=more[0].ctx)
         hidden = [incremental.step(m, tokens, state, "hidden")[0]
                   for m, state in zip(self.models, states)]  # (R, D) each
-        log_probs = [npx.log_softmax(m.output(h), axis=-1) for m, h in zip(self.models, hidden)]
+        log_probs = [npx.log_softmax(as_float32(nd, m.output(h), m.output.compute_dtype), axis=-1)
+                     for m, h in zip(self.models, hidden)]
         mean = sum(log_probs[1:], log_probs[0]) / len(log_probs)  # (R, V)
         top_lp, top_ids = npx.topk(mean, k=then.C, axis=-1, ret_typ="both")
         return then(top_lp, top_ids, *more[1:], position)

@@ -51,7 +51,7 @@ from ..errors import FileWriteError
 SOURCES = [Path(__file__).with_name(name)
            for name in ("layer_norm.cc", "cross_entropy.cc", "symmetric_kl.cc",
                         "top_log_probs.cc", "cached_attention.cc")]
-HEADERS = [Path(__file__).with_name(name) for name in ("fast_exp.h", "op_api.h")]
+HEADERS = [Path(__file__).with_name(name) for name in ("fast_exp.h", "op_api.h", "bfloat16.h")]
 FLAGS = ["-shared", "-fPIC", "-std=c++11", "-O3", "-march=native", "-fopenmp"]
 _status = {}  # this process's decision, made once by `load`
 
@@ -108,20 +108,40 @@ def compiler():
     return [path, *command[1:]], (done.stdout.strip().splitlines() or [""])[0]
 
 
-def build_command(output):
-    """The compiler's version line and the full command that compiles the sources to ``output``."""
+# MXNet 1.9.1's src/lib_api.cc (compiled into the library) throws when it wraps a bfloat16
+# array (dtype 12) in an MXTensor: its DLPack switch has no case for it. The library compiles a
+# copy with that case (DLPack's bfloat16: code 4, 16 bits), so cross_entropy.cc can read them.
+LIB_API_DEFAULT = "  default:\n    dltensor.dtype.code = 0;"
+LIB_API_BFLOAT16 = "  case 12:\n    dltensor.dtype.code = 4;\n    dltensor.dtype.bits = 16;\n    break;\n"
+
+
+def lib_api_with_bfloat16(directory):
+    """MXNet's lib_api.cc with the bfloat16 case, written into ``directory``; its path."""
+    text = (Path(mx.__file__).parent / "src" / "lib_api.cc").read_text()
+    if text.count(LIB_API_DEFAULT) != 1:
+        raise _Unavailable(f"MXNet {mx.__version__}'s src/lib_api.cc is not the one mtx's "
+                           f"kernels are built with (1.9.1); install mxnet==1.9.1")
+    path = Path(directory) / "lib_api.cc"
+    path.write_text(text.replace(LIB_API_DEFAULT, LIB_API_BFLOAT16 + LIB_API_DEFAULT))
+    return path
+
+
+def build_command(output, lib_api="lib_api.cc"):
+    """The compiler's version line and the full command that compiles the sources and
+    ``lib_api`` (`lib_api_with_bfloat16`'s file) to ``output``."""
     cxx, version = compiler()
-    mxnet_dir = Path(mx.__file__).parent
+    include = Path(mx.__file__).parent / "include"
     flags = [*FLAGS, *shlex.split(os.environ.get("CXXFLAGS", ""))]
-    return version, [*cxx, *flags, *map(str, SOURCES), str(mxnet_dir / "src" / "lib_api.cc"),
-                     "-I", str(mxnet_dir / "include"), "-o", str(output)]
+    return version, [*cxx, *flags, *map(str, SOURCES), str(lib_api), "-I", str(include),
+                     "-o", str(output)]
 
 
 def cache_key():
     """Hash of everything the library's bytes depend on: sources, MXNet, CPU kind, compiler
     (path and version) and the compile command."""
     version, command = build_command("LIBRARY")
-    digest = hashlib.sha256("\0".join([mx.__version__, flags_line(), version, *command]).encode())
+    digest = hashlib.sha256("\0".join([mx.__version__, flags_line(), version, *command,
+                                       LIB_API_BFLOAT16]).encode())
     for source in SOURCES + HEADERS:
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
@@ -142,7 +162,7 @@ def build(target):
     written atomically (`mtx.files`), the record last. _Unavailable when compiling fails."""
     with tempfile.TemporaryDirectory(prefix="mtx-kernels-") as tmp:  # private (mode 0700)
         built = Path(tmp) / target.name
-        _, command = build_command(built)
+        _, command = build_command(built, lib_api_with_bfloat16(tmp))
         try:
             subprocess.run(command, check=True, capture_output=True, text=True, timeout=900)
         except (OSError, subprocess.SubprocessError) as err:

@@ -26,6 +26,7 @@ from mxnet.util import use_np
 
 from .. import kernels
 from . import ops
+from .precision import as_float32
 
 CHUNK = 16  # self-cache positions added at a time
 # each model's DecodingSteps (`_stepper`), beside the model rather than in it: Gluon warns of
@@ -74,9 +75,10 @@ class DecodingStep(HybridBlock):
         y = F.np.squeeze(y, axis=1)  # (R, 1, D) -> (R, D)
         if self.then == "hidden":
             return (y, *new_kv)
+        logits = as_float32(F, self.output(y), self.output.compute_dtype)  # (R, V)
         if self.then == "log_probs":
-            return (F.npx.log_softmax(self.output(y), axis=-1), cross_weights, *new_kv)
-        top_lp, top_ids = ops.top_log_probs(F, self.output(y), self.then.C, self.native)
+            return (F.npx.log_softmax(logits, axis=-1), cross_weights, *new_kv)
+        top_lp, top_ids = ops.top_log_probs(F, logits, self.then.C, self.native)
         return (*self.then(top_lp, top_ids, *more, position), *new_kv)
 
 

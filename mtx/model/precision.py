@@ -2,8 +2,10 @@
 precision chosen elsewhere (`mtx.training.precision`).
 
 `Linear` and the output projection cast input, weight and bias to the compute dtype around the
-product and the product back to float32; parameters, optimizer state, LayerNorm, softmax and the
-loss stay float32. MXNet knows bfloat16 only as the dtype ``mxnet.contrib.amp.amp.bfloat16``.
+product; `Linear` casts the product back to float32, the output projection leaves it to its
+callers (`as_float32`), so that training's native loss can read bfloat16 logits as they are.
+Parameters, optimizer state, LayerNorm, softmax and the loss's arithmetic stay float32. MXNet
+knows bfloat16 only as the dtype ``mxnet.contrib.amp.amp.bfloat16``.
 """
 from mxnet.contrib.amp.amp import bfloat16
 from mxnet.gluon import nn
@@ -13,8 +15,9 @@ from ..config import PRECISIONS
 from .ops import legacy
 
 
-def fully_connected(F, x, weight, bias, num_hidden, compute_dtype):
-    """x (..., in) -> (..., num_hidden) float32; the product in ``compute_dtype``."""
+def fully_connected(F, x, weight, bias, num_hidden, compute_dtype, to_float32=True):
+    """x (..., in) -> (..., num_hidden) float32; the product in ``compute_dtype`` (and with
+    ``to_float32=False`` left in it: `as_float32` casts it where float32 is needed)."""
     if compute_dtype == "float32":
         return F.npx.fully_connected(x, weight, bias, num_hidden=num_hidden, flatten=False,
                                      no_bias=bias is None)
@@ -22,7 +25,12 @@ def fully_connected(F, x, weight, bias, num_hidden, compute_dtype):
     args = [legacy(F, "amp_cast", a, dtype=dtype)  # amp_cast exists only in the legacy API
             for a in (x, weight) + (() if bias is None else (bias,))]
     out = F.npx.fully_connected(*args, num_hidden=num_hidden, flatten=False, no_bias=bias is None)
-    return legacy(F, "amp_cast", out, dtype="float32")
+    return as_float32(F, out, compute_dtype) if to_float32 else out
+
+
+def as_float32(F, x, compute_dtype):
+    """``x``, a product computed in ``compute_dtype``, as float32 (no operator if it is)."""
+    return x if compute_dtype == "float32" else legacy(F, "amp_cast", x, dtype="float32")
 
 
 @use_np

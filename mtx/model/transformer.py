@@ -9,13 +9,14 @@ from .decoder import Decoder
 from .encoder import Encoder
 from .layers import TokenEmbedding
 from .masks import causal_valid_len
-from .precision import fully_connected
+from .precision import as_float32, fully_connected
 
 
 @use_np
 class OutputProjection(HybridBlock):
-    """(B, T, D) -> logits (B, T, V). Built with ``tied_to`` (an nn.Embedding), the output layer
-    uses the embedding matrix (V, D) as its weight (Gluon parameter sharing by name)."""
+    """(B, T, D) -> logits (B, T, V) in the compute dtype (`as_float32` makes them float32).
+    Built with ``tied_to`` (an nn.Embedding), the output layer uses the embedding matrix (V, D)
+    as its weight (Gluon parameter sharing by name)."""
 
     def __init__(self, vocab_size, num_hiddens, tied_to=None, **kwargs):
         if tied_to is not None:
@@ -29,13 +30,15 @@ class OutputProjection(HybridBlock):
     compute_dtype = "float32"  # `mtx.model.precision.set_precision`
 
     def hybrid_forward(self, F, X, weight, bias):
-        return fully_connected(F, X, weight, bias, self.vocab_size, self.compute_dtype)
+        return fully_connected(F, X, weight, bias, self.vocab_size, self.compute_dtype,
+                               to_float32=False)
 
 
 @use_np
 class Transformer(HybridBlock):
     """forward(src_tokens (B, S), src_valid_len (B,), tgt_in (B, T), head_gates None | (A, H))
-    -> logits (B, T, V).
+    -> logits (B, T, V), float32, or with ``logits_in_compute_dtype`` set (before the first
+    forward) in the output layer's compute dtype, for a loss that reads bfloat16 itself.
 
     Head gates: row a scales the heads of attention layer a of `ModelConfig.attention_layers`
     (`attention_layers` gives the blocks); 1 keeps a head, 0 removes it. H = cfg.num_heads; a
@@ -46,6 +49,8 @@ class Transformer(HybridBlock):
 
     With ``cfg.tie_embeddings`` source, target and output share one (V, D) matrix (one joint
     vocabulary). `encode`, `init_state` and `step` are the inference path (`mtx.decoding.search`)."""
+
+    logits_in_compute_dtype = False  # `mtx.training.build.build_pieces` sets it
 
     def __init__(self, cfg: ModelConfig, **kwargs):
         super().__init__(**kwargs)
@@ -102,7 +107,10 @@ class Transformer(HybridBlock):
         Y = self.tgt_embed(tgt_in)  # (B, T, D)
         self_valid_len = causal_valid_len(F, Y, src_valid_len)  # (B, T)
         hidden = self.decoder(Y, memory, src_valid_len, self_valid_len, head_gates)
-        return self.output(hidden)  # (B, T, V)
+        logits = self.output(hidden)  # (B, T, V)
+        if self.logits_in_compute_dtype:
+            return logits
+        return as_float32(F, logits, self.output.compute_dtype)
 
     # -- inference ---------------------------------------------------------------------------
     def encode(self, src_tokens, src_valid_len, head_gates=None):

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional
 import mxnet as mx
 from mxnet import gluon
 
+from .. import kernels
 from .loss import LabelSmoothedCrossEntropy, label_smoothed_loss
 from .regularisers import regularisers_of
 from ..model.transformer import Transformer
@@ -30,6 +31,14 @@ class Pieces:
     regularisers: List = dataclasses.field(default_factory=list)  # `regularisers_of`
 
 
+def loss_reads_bfloat16(train_cfg, teacher):
+    """True where the loss takes the output layer's bfloat16 logits as they are: with bfloat16
+    products, the native loss reads them and writes their gradient in bfloat16, so the step's
+    largest array, (rows, V), is never cast. R-Drop's and distillation's losses read float32."""
+    return (train_cfg.precision == "bfloat16" and kernels.load() and not train_cfg.rdrop_alpha
+            and teacher is None)
+
+
 def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None, teacher=None):
     """``precision``: a choice made before (`choose_precision`, e.g. the one a resumed run
     started with); None: chosen now from ``train_cfg.precision``. ``teacher``: a
@@ -40,6 +49,7 @@ def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None, te
     model = Transformer(model_cfg)
     model.initialize(mx.init.Xavier(), ctx=ctxs)
     set_precision(model, train_cfg.precision)
+    model.logits_in_compute_dtype = loss_reads_bfloat16(train_cfg, teacher)
     if train_cfg.hybridize:
         model.hybridize(static_alloc=True)
     loss_fn = label_smoothed_loss(model_cfg.vocab_size, train_cfg.label_smoothing, ctxs)
