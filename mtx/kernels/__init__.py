@@ -10,7 +10,8 @@ CPU-only; on a machine with a GPU, MXNet's CUDA operators run instead.
 
 The sources are compiled on first use (or by ``make install``) with ``$CXX`` (default ``g++``;
 extra flags from ``$CXXFLAGS``) against the headers the MXNet wheel ships
-(``mxnet/include/mxnet/lib_api.h``, ``mxnet/src/lib_api.cc``) and loaded with
+(``mxnet/include/mxnet/lib_api.h``, and ``mxnet/src/lib_api.cc`` with a case for bfloat16
+arrays, `lib_api_with_bfloat16`) and loaded with
 ``mx.library.load``. Loading a library runs its code, so it is only loaded from a private cache
 and only when its bytes are those that were built:
 
