@@ -422,3 +422,37 @@ def test_the_cache_key_changes_with_the_cpu_flags(monkeypatch):
     avx2 = kernels.cache_key()
     monkeypatch.setattr(kernels, "flags_line", lambda: "avx avx2 avx512f avx512bw fma")
     assert kernels.cache_key() != avx2
+
+
+LOAD_IN_A_FRESH_PYTHON = """
+import json, sys
+import mtx.compat
+import mxnet as mx
+from mtx.kernels.registry import load_library
+layer_norm, sym_layer_norm = mx.nd.LayerNorm, mx.sym.LayerNorm
+added = load_library(sys.argv[1])
+print(json.dumps({
+    "added": added,
+    "untouched": mx.nd.LayerNorm is layer_norm and mx.sym.LayerNorm is sym_layer_norm,
+    "nd": [n for n in added if callable(getattr(mx.nd, n, None)) and n in mx.nd.op.__all__],
+    "sym": [n for n in added if callable(getattr(mx.sym, n, None)) and n in mx.sym.op.__all__],
+    "internal": [n for n in added if hasattr(mx.nd._internal, n) and hasattr(mx.sym._internal, n)],
+}))
+"""
+
+
+@needs_compiler
+def test_loading_the_library_registers_its_operators_and_remakes_no_other():
+    assert kernels.load()
+    done = subprocess.run([sys.executable, "-c", LOAD_IN_A_FRESH_PYTHON,
+                           kernels.status()["library"]], capture_output=True, text=True,
+                          timeout=300, check=True)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    public = ["mtx_cached_attention", "mtx_layer_norm", "mtx_smoothed_ce", "mtx_symmetric_kl",
+              "mtx_top_log_probs"]
+    backward = ["_backward_mtx_layer_norm", "_backward_mtx_smoothed_ce",
+                "_backward_mtx_symmetric_kl"]
+    assert report["added"] == sorted(public + backward)
+    assert report["untouched"], "MXNet's own operator functions were made again"
+    assert report["nd"] == report["sym"] == public
+    assert report["internal"] == backward

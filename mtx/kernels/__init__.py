@@ -11,9 +11,9 @@ CPU-only; on a machine with a GPU, MXNet's CUDA operators run instead.
 The sources are compiled on first use (or by ``make install``) with ``$CXX`` (default ``g++``;
 extra flags from ``$CXXFLAGS``) against the headers the MXNet wheel ships
 (``mxnet/include/mxnet/lib_api.h``, and ``mxnet/src/lib_api.cc`` with a case for bfloat16
-arrays, `lib_api_with_bfloat16`) and loaded with
-``mx.library.load``. Loading a library runs its code, so it is only loaded from a private cache
-and only when its bytes are those that were built:
+arrays, `lib_api_with_bfloat16`) and loaded with `registry.load_library` (MXNet's loader,
+registering only the library's operators). Loading a library runs its code, so it is only
+loaded from a private cache and only when its bytes are those that were built:
 
 - `cache_dir`: ``$MTX_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/mtx/kernels``, else
   ``~/.cache/mtx/kernels``; created (with its parents) with mode 0700. A directory that another
@@ -48,6 +48,7 @@ from .. import files
 from ..hardware.cpu import flags_line
 from ..datadir import cache_home
 from ..errors import FileWriteError
+from .registry import load_library
 
 SOURCES = [Path(__file__).with_name(name)
            for name in ("layer_norm.cc", "cross_entropy.cc", "symmetric_kl.cc",
@@ -234,7 +235,7 @@ def _try_load():
                 build(target)
                 if check(target) != "ok":
                     raise _Unavailable(f"{target} does not match its SHA-256 right after the build")
-            mx.library.load(str(target), verbose=False)
+            load_library(target)
     except (_Unavailable, FileWriteError) as err:
         return _fall_back(str(err))
     except (OSError, mx.base.MXNetError) as err:
