@@ -28,10 +28,11 @@ def operator_names():
 
 
 def load_library(path):
-    """Load the custom-operator library at ``path`` (absolute, .so) into MXNet and register its
-    operators' Python functions; returns their names, sorted. MXNetError as MXNet raises it."""
+    """Load the custom-operator library at ``path`` into MXNet and register its operators' Python
+    functions; returns their names, sorted. MXNetError as MXNet raises it. The path is made
+    absolute first: dlopen searches the library path for a bare file name."""
     before = operator_names()
-    check_call(_LIB.MXLoadLib(c_str(os.fspath(path)), mx_uint(0)))
+    check_call(_LIB.MXLoadLib(c_str(os.path.abspath(path)), mx_uint(0)))
     added = sorted(operator_names() - before)
     for name in added:
         handle = OpHandle()
