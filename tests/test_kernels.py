@@ -281,14 +281,14 @@ print(json.dumps(dict(kernels.status(), finite=bool(np.isfinite(logits).all())))
 """
 
 
-def _run_model(cache, **env):
-    """MODEL_RUNS in a fresh Python whose kernel cache is ``cache``; (status dict, number of
-    NativeKernelWarnings it printed)."""
+def _run_model(cache, cwd=None, **env):
+    """MODEL_RUNS in a fresh Python (in ``cwd``) whose kernel cache is ``cache``; (status dict,
+    number of NativeKernelWarnings it printed)."""
     full_env = {k: v for k, v in os.environ.items()
                 if not k.startswith("MTX_") and k not in ("CXX", "CXXFLAGS")}
     full_env.update(MTX_KERNEL_CACHE=str(cache), OMP_NUM_THREADS="1", **env)
     done = subprocess.run([sys.executable, "-c", MODEL_RUNS], capture_output=True, text=True,
-                          env=full_env, timeout=300)
+                          env=full_env, timeout=300, cwd=cwd)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result.pop("finite"), "the model's logits are not finite"
@@ -362,6 +362,17 @@ def test_a_built_library_is_recorded_and_reused(tmp_path, copying_cxx):
     assert library.parent == cache and library.name.startswith("libmtx_kernels-")
     assert kernels.record_path(library).read_text() == f"{sha256_of(library)}  {library.name}\n"
     assert calls.read_text().splitlines() == ["compile"]  # the second run reused it
+
+
+@needs_compiler
+def test_a_cache_given_as_the_working_directory_loads(tmp_path, copying_cxx):
+    """MTX_KERNEL_CACHE=. names the library by a bare file name, which dlopen would look
+    for on the system's library path, not here."""
+    cxx, _ = copying_cxx
+    here = kernels.private_dir(tmp_path / "here")
+    status, warned = _run_model(".", cwd=here, CXX=str(cxx))
+    assert status["native_layer_norm"] and status["reason"] == "loaded" and warned == 0
+    assert (here / status["library"]).is_file()
 
 
 @needs_compiler
