@@ -9,6 +9,15 @@ SUPPORTED := (3, 9) <= sys.version_info[:2] <= (3, 13)
 PYTHON ?= $(firstword $(foreach v,3.13 3.12 3.11 3.10 3.9,$(shell p=$$(command -v python$(v) 2>/dev/null) && "$$p" -c 'import sys; sys.exit(not ($(SUPPORTED)))' >/dev/null 2>&1 && echo "$$p")))
 PYTHON_HELP := mtx needs Python 3.9-3.13 (MXNet 1.9.1); install one (e.g. apt-get install python3.12 python3.12-venv, or pyenv install 3.12) and run make PYTHON=/path/to/python3.12
 STAMP := $(VENV)/.installed
+# oneMKL (the mkl extra, ~1 GB) for train.precision=bfloat16-mkl: where the CPU has AMX, whose
+# bfloat16 products MXNet's own oneDNN never reaches; MKL=1 installs it anywhere, MKL=0 nowhere.
+HAS_AMX := $(shell grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && echo yes)
+WITH_MKL := $(if $(filter 1,$(MKL)),yes,$(if $(filter 0,$(MKL)),,$(HAS_AMX)))
+MKL_LINE := $(if $(WITH_MKL),oneMKL installed (mkl extra): $(if $(HAS_AMX),this CPU has AMX,MKL=1); train.precision=auto times its bfloat16 products,oneMKL not installed: $(if $(filter 0,$(MKL)),MKL=0,no AMX on this CPU); make install MKL=1 adds it (train.precision=bfloat16-mkl))
+comma := ,
+ifneq ($(MKL),)
+.PHONY: $(STAMP)  # MKL= asked for: install again with or without the extra
+endif
 # CUDA=110 ... 117: MXNet's CUDA build (the mxnet-cuNNN wheel of MXNet 1.9.1, for CUDA 11.N) in
 # place of the CPU wheel; CUDA=none: back to the CPU wheel; unset: the build the venv has (kept
 # in $(VENV)/.mxnet-build; the CPU wheel in a new venv). README "GPUs".
@@ -40,7 +49,8 @@ $(STAMP): pyproject.toml
 	# imported as mxnet and write the same files, so a CUDA wheel goes before the CPU one returns.
 	if $(PY) -m pip show $(CUDA_WHEELS) >/dev/null 2>&1; then $(PY) -m pip uninstall -qq -y mxnet $(CUDA_WHEELS); fi
 	# pyproject.toml pins numpy for each Python; gluonnlp 0.10 is an sdist that pip builds.
-	$(PY) -m pip install -q -e ".[test,serve,deploy]"
+	$(PY) -m pip install -q -e ".[test,serve,deploy$(if $(WITH_MKL),$(comma)mkl)]"
+	@echo "$(MKL_LINE)"
 	# CUDA=NNN: the CPU wheel goes and mxnet-cuNNN takes its place, at the numpy just installed.
 	$(if $(filter cu%,$(MXNET_BUILD)),$(PY) -m pip uninstall -qq -y mxnet)
 	$(if $(filter cu%,$(MXNET_BUILD)),$(PY) -m pip install -q "mxnet-$(MXNET_BUILD)==1.9.1" "numpy==$$($(PY) -c 'import numpy; print(numpy.__version__)')")

@@ -29,14 +29,14 @@ def no_children(monkeypatch):
 
 @pytest.mark.parametrize("argv, words", [
     (["train", "--impl", "mtx-fast"], "--impl mtx-fast: unknown implementation; choose from mtx, "
-                                      "mtx-bf16, gluonnlp, d2l"),
+                                      "mtx-bf16, mtx-mkl, gluonnlp, d2l"),
     (["train", "--impl", "gluonnlp,tf"], "--impl tf: unknown implementation"),
     (["decode", "--impl", "ct2-int8"], "decode --impl ct2-int8 translates a trained run: give "
                                        "--run RUN_DIR"),
     (["decode", "--run", "r", "--impl", "gluonnlp"], "--impl gluonnlp: unknown implementation; "
-                                                     "choose from mtx, mtx-bf16, ct2-float32"),
+                                                     "choose from mtx, mtx-bf16, mtx-mkl, ct2-float32"),
     (["decode", "--run", "a,b", "--impl", "mtx,ct2-int8"],
-     "--run a,b: several runs are timed with one implementation, --impl mtx or mtx-bf16"),
+     "--run a,b: several runs are timed with one implementation, --impl mtx, mtx-bf16, mtx-mkl"),
     (["serve"], "serve translates a trained run: give --run RUN_DIR"),
     (["profile", "--beam", "0"], "--beam: '0' is not a whole number >= 1"),
     (["profile"], "profile translates a trained run: give --run RUN_DIR"),

@@ -459,10 +459,10 @@ def test_loading_the_library_registers_its_operators_and_remakes_no_other():
                            kernels.status()["library"]], capture_output=True, text=True,
                           timeout=300, check=True)
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    public = ["mtx_cached_attention", "mtx_layer_norm", "mtx_smoothed_ce", "mtx_symmetric_kl",
-              "mtx_top_log_probs"]
-    backward = ["_backward_mtx_layer_norm", "_backward_mtx_smoothed_ce",
-                "_backward_mtx_symmetric_kl"]
+    public = ["mtx_cached_attention", "mtx_layer_norm", "mtx_mkl_dense", "mtx_smoothed_ce",
+              "mtx_symmetric_kl", "mtx_top_log_probs"]
+    backward = ["_backward_mtx_layer_norm", "_backward_mtx_mkl_dense",
+                "_backward_mtx_smoothed_ce", "_backward_mtx_symmetric_kl"]
     assert report["added"] == sorted(public + backward)
     assert report["untouched"], "MXNet's own operator functions were made again"
     assert report["nd"] == report["sym"] == public

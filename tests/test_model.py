@@ -287,7 +287,7 @@ def test_bfloat16_matmuls_stay_close_and_train_float32_weights(tiny_cfg, hybridi
 def test_unknown_precision_is_a_config_error():
     from mtx.config import TrainConfig
     with pytest.raises(ConfigError, match="train.precision=float8: give one of float32, "
-                                          "bfloat16, float16"):
+                                          "bfloat16, bfloat16-mkl, float16"):
         TrainConfig(precision="float8")
     with pytest.raises(ConfigError, match="train.loss_scale=yes: give dynamic loss scaling, "
                                           "one of auto, dynamic"):

@@ -167,7 +167,7 @@ def test_auto_is_the_hydra_default_and_a_valid_train_config():
     assert OmegaConf.load(ROOT / "conf" / "train" / "default.yaml").precision == "auto"
     assert TrainConfig(precision="auto").precision == "auto"
     assert not TrainConfig(precision="auto").dynamic_loss_scale
-    with pytest.raises(ConfigError, match="give one of float32, bfloat16, float16, auto"):
+    with pytest.raises(ConfigError, match="give one of float32, bfloat16, bfloat16-mkl, float16, auto"):
         TrainConfig(precision="bf16")
 
 
@@ -251,15 +251,22 @@ def test_a_run_without_precision_json_is_refused_in_one_line(tmp_path):
 
 
 def test_the_real_probe_measures_both_and_chooses_by_the_rule():
-    """One unfaked probe on this CPU (a child process, a few seconds): positive timings and a
-    choice by the rule, or float32 with the reason where bfloat16 cannot run."""
+    """One unfaked probe on this CPU (a child process, a few seconds): positive timings of
+    float32, MXNet's bfloat16 and, where oneMKL is installed, its bfloat16 (else the reason it
+    was not timed), and a choice by the rule; float32 with the reason where bfloat16 cannot run."""
+    from mtx.kernels import mkl
     choice = choose_precision("auto", [mx.cpu()])
-    assert choice["used"] in ("float32", "bfloat16")
+    assert choice["used"] in ("float32", "bfloat16", "bfloat16-mkl")
     if "probe" not in choice:  # bfloat16 cannot run here
         assert choice["used"] == "float32" and precision.bfloat16_unavailable() in choice["reason"]
         return
     probe = choice["probe"]
-    assert probe["float32_gflop_s"] > 0 and probe["bfloat16_gflop_s"] > 0 and probe["seconds"] > 0
-    assert probe["ratio"] == pytest.approx(probe["bfloat16_gflop_s"] / probe["float32_gflop_s"],
-                                           rel=1e-2)
-    assert choice["used"] == ("bfloat16" if probe["ratio"] >= BF16_MIN_SPEEDUP else "float32")
+    timed = ["float32", "bfloat16"] + (["bfloat16-mkl"] if mkl.unavailable() is None else [])
+    rates = {p: probe[f"{p.replace('-', '_')}_gflop_s"] for p in timed}
+    assert all(rate > 0 for rate in rates.values()) and probe["seconds"] > 0
+    if "bfloat16-mkl" not in timed:
+        assert "bfloat16_mkl_gflop_s" not in probe and mkl.unavailable() in choice["reason"]
+    fastest = max(timed[1:], key=rates.get)
+    assert probe["fastest"] == fastest
+    assert probe["ratio"] == pytest.approx(rates[fastest] / rates["float32"], rel=1e-2)
+    assert choice["used"] == (fastest if probe["ratio"] >= BF16_MIN_SPEEDUP else "float32")

@@ -6,7 +6,7 @@
     mtx-bench serve --run RUN_DIR [--clients 1,4,16] [--seconds 20] [--beam 5]
     mtx-bench corpus [--pairs 2000000] [--small 29000] [--minutes 3] [--work DIR]
     mtx-bench profile --run RUN_DIR [--beam 5] [--max-sentences N]
-    mtx-bench profile-train [--impl mtx|mtx-bf16] [--steps 20] [--warmup-steps 20]
+    mtx-bench profile-train [--impl mtx|mtx-bf16|mtx-mkl] [--steps 20] [--warmup-steps 20]
 
 Training: every implementation gets conf/model/small.yaml (--model, untied, the corpus's
 vocabulary, one dropout rate for attention too, as the peers take it), conf/data/multi30k_en_de.yaml
@@ -45,8 +45,8 @@ log = logging.getLogger("mtx.bench")
 
 def impl_names(args, known, default=None):
     """--impl (else ``default``) as a list; ConfigError for an unknown implementation or git
-    revision, and for mtx-bf16 asked for where bfloat16 cannot run (left out of a default)."""
-    from ..training.precision import bfloat16_unavailable
+    revision, and for mtx-bf16 or mtx-mkl asked for where its products cannot run (left out of
+    a default)."""
     if not (args.impl or default):
         raise ConfigError(f"{args.command}: give --impl IMPL[,IMPL...] ({', '.join(known)})")
     names = [n for n in (args.impl or default).split(",") if n]
@@ -62,13 +62,20 @@ def impl_names(args, known, default=None):
             train_settings(impl)
         if revision:
             rounds.checkout(revision)  # a wrong revision fails now, not after the others
-    reason = any(n.startswith("mtx-bf16") for n in names) and bfloat16_unavailable()
-    if reason and args.impl:
-        raise ConfigError(f"--impl mtx-bf16: bfloat16 products cannot run on this CPU ({reason})"
-                          f"; leave it out of --impl")
-    if reason:
-        log.warning("mtx-bf16 left out: bfloat16 products cannot run on this CPU (%s)", reason)
-    return [n for n in names if not (reason and n.startswith("mtx-bf16"))]
+    reasons = {n: unavailable_products(n) for n in names}
+    for name, reason in reasons.items():
+        if reason and args.impl:
+            raise ConfigError(f"--impl {name}: its products cannot run on this CPU ({reason}); "
+                              f"leave it out of --impl")
+        if reason:
+            log.warning("%s left out: its products cannot run on this CPU (%s)", name, reason)
+    return [n for n in names if not reasons[n]]
+
+
+def unavailable_products(name):
+    """Why implementation ``name``'s products cannot run here (mtx-bf16, mtx-mkl), or None."""
+    from ..training.precision import products_unavailable
+    return products_unavailable(MTX_PRECISIONS.get(name.partition("@")[0].split(":")[0]))
 
 
 def train_default():
@@ -89,7 +96,7 @@ def run_measurement(args):
              impl_names(args, DECODE_IMPLS, "mtx" if several_runs else ",".join(DECODE_DEFAULT)))
     if several_runs and (len(names) != 1 or names[0] not in MTX_PRECISIONS):
         raise ConfigError(f"--run {args.run}: several runs are timed with one implementation, "
-                          f"--impl mtx or mtx-bf16")
+                          f"--impl {', '.join(MTX_PRECISIONS)}")
     if len(names) == 1 and "@" not in names[0]:
         report = measure(kind, names[0], args)
     elif kind == "train":

@@ -1,7 +1,7 @@
 """One implementation's measurement in this process, and the report it writes.
 
-    mtx, mtx-bf16     the product's training step (`mtx.training.steps`) and translation, in
-                      float32 / with bfloat16 products
+    mtx, mtx-bf16, mtx-mkl   the product's training step (`mtx.training.steps`) and
+                      translation, in float32 / with MXNet's / with oneMKL's bfloat16 products
     gluonnlp, d2l     the peers' training steps (`peers`)
     pytorch, pytorch-bf16, pytorch-compile[-max][-bf16]   a plain PyTorch model's, eager and
                       compiled (`torch_peer`)
@@ -34,16 +34,16 @@ from .flops import step_products, train_flops
 from .peers import PEERS
 from .torch_peer import TORCH_PEERS
 
-MTX_PRECISIONS = {"mtx": "float32", "mtx-bf16": "bfloat16"}
+MTX_PRECISIONS = {"mtx": "float32", "mtx-bf16": "bfloat16", "mtx-mkl": "bfloat16-mkl"}
 # the export's quantization and CTranslate2's compute type ("float32": int8 weights dequantized
 # at load, as mtx-translate computes an int8 export on a CPU without VNNI)
 CT2 = {"ct2-float32": ("float32", "default"), "ct2-int8": ("int8", "default"),
        "ct2-int8-as-float32": ("int8", "float32"), "ct2-float32-defaults": ("float32", "default")}
 TRAIN_IMPLS = (*MTX_PRECISIONS, *PEERS, *TORCH_PEERS)
 # `make bench` / mtx-bench train without --impl (PyTorch's when it is installed)
-TRAIN_DEFAULT = ("mtx", "mtx-bf16", "gluonnlp", "d2l", "pytorch", "pytorch-bf16")
+TRAIN_DEFAULT = ("mtx", "mtx-bf16", "mtx-mkl", "gluonnlp", "d2l", "pytorch", "pytorch-bf16")
 DECODE_IMPLS = (*MTX_PRECISIONS, *CT2)
-DECODE_DEFAULT = ("mtx", "mtx-bf16", "ct2-float32", "ct2-int8")
+DECODE_DEFAULT = ("mtx", "mtx-bf16", "mtx-mkl", "ct2-float32", "ct2-int8")
 RUN_BEAMS = {"beam5": 5, "greedy": 1}   # decode: column prefix -> beam size
 WINDOW_SECONDS = 10.0   # training throughput: the median over windows this long
 GEMM_SIZE = 2048        # the peaks: a GEMM_SIZE^3 FullyConnected

@@ -7,7 +7,8 @@ from ..typecheck import check_settings, setting
 
 
 KVSTORES = ("device", "local", "dist_sync", "dist_device_sync")
-PRECISIONS = ("float32", "bfloat16", "float16")  # what matrix products run in
+# what matrix products run in: bfloat16-mkl is bfloat16 through oneMKL (AMX where the CPU has it)
+PRECISIONS = ("float32", "bfloat16", "bfloat16-mkl", "float16")
 TRAIN_PRECISIONS = PRECISIONS + ("auto",)        # auto: measured at start (`mtx.training.precision`)
 LOSS_SCALES = ("auto", "dynamic", "off")
 
@@ -67,10 +68,12 @@ class TrainConfig:
                                                  "or null: the top-level device=")
     kvstore: str = setting("device", f"what sums gradients, one of {', '.join(KVSTORES)} "
                                      f"(README)", choices=KVSTORES)
-    # Matrix products in float32, bfloat16 or float16 (GPUs only); the rest stays float32.
+    # Matrix products in float32, bfloat16 (MXNet's or oneMKL's) or float16 (GPUs only); the
+    # rest stays float32.
     precision: str = setting("float32", f"one of {', '.join(TRAIN_PRECISIONS)} (auto times "
-                                        f"bfloat16 against float32 at start and keeps the faster, "
-                                        f"`mtx.training.precision`)", choices=TRAIN_PRECISIONS)
+                                        f"the bfloat16 products against float32 at start and "
+                                        f"keeps the fastest, `mtx.training.precision`)",
+                             choices=TRAIN_PRECISIONS)
     loss_scale: str = setting("auto", f"dynamic loss scaling, one of {', '.join(LOSS_SCALES)} "
                                       f"(auto: on for float16)", choices=LOSS_SCALES)
 

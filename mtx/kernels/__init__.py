@@ -1,12 +1,11 @@
 """mtx's native CPU kernels: C++ operators for MXNet 1.9's custom-operator library API.
 
-Operators: ``mtx_layer_norm`` (layer_norm.cc), used by `mtx.model.layers.LayerNorm`,
-``mtx_smoothed_ce`` (cross_entropy.cc), used by `mtx.training.loss.LabelSmoothedCrossEntropy`,
-``mtx_symmetric_kl`` (symmetric_kl.cc), used by `mtx.training.loss.SymmetricKL` (R-Drop),
-``mtx_top_log_probs`` (top_log_probs.cc), used by `mtx.model.ops.top_log_probs` in the beam
-search, and ``mtx_cached_attention`` (cached_attention.cc), used by
-`mtx.model.ops.cached_attention` in each decoding step's attention over the caches. They are
-CPU-only; on a machine with a GPU, MXNet's CUDA operators run instead.
+Operators (each file's head says what it computes): ``mtx_layer_norm`` (layer_norm.cc) for
+`mtx.model.layers.LayerNorm`; ``mtx_smoothed_ce`` (cross_entropy.cc) and ``mtx_symmetric_kl``
+(symmetric_kl.cc) for `mtx.training.loss`; ``mtx_top_log_probs`` (top_log_probs.cc) and
+``mtx_cached_attention`` (cached_attention.cc) for `mtx.model.ops`' decoding steps;
+``mtx_mkl_dense`` (mkl_dense.cc), the products of precision ``bfloat16-mkl`` through oneMKL
+(`mtx.kernels.mkl`). CPU-only; with a GPU, MXNet's CUDA operators run instead.
 
 The sources are compiled on first use (or by ``make install``) with ``$CXX`` (default ``g++``;
 extra flags from ``$CXXFLAGS``) against the headers the MXNet wheel ships
@@ -29,7 +28,7 @@ When the kernels cannot be used (``MTX_NATIVE_KERNELS=0``, no compiler, a failed
 unsafe cache directory) mtx warns once (`NativeKernelWarning`) and runs MXNet's LayerNorm and
 MXNet's operators for the loss and the search's top-k: same numbers, slower
 (docs/performance.md). `status` says which
-LayerNorm this process runs and why, for training reports and benchmarks.
+LayerNorm this process runs and why, for reports and benchmarks.
 """
 import fcntl
 import hashlib
@@ -52,9 +51,9 @@ from .registry import load_library
 
 SOURCES = [Path(__file__).with_name(name)
            for name in ("layer_norm.cc", "cross_entropy.cc", "symmetric_kl.cc",
-                        "top_log_probs.cc", "cached_attention.cc")]
+                        "top_log_probs.cc", "cached_attention.cc", "mkl_dense.cc")]
 HEADERS = [Path(__file__).with_name(name) for name in ("fast_exp.h", "op_api.h", "bfloat16.h")]
-FLAGS = ["-shared", "-fPIC", "-std=c++11", "-O3", "-march=native", "-fopenmp"]
+FLAGS = ["-shared", "-fPIC", "-std=c++11", "-O3", "-march=native", "-fopenmp", "-ldl"]
 _status = {}  # this process's decision, made once by `load`
 
 

@@ -1,5 +1,6 @@
-"""The precision of a run's matrix products, chosen once at its start: float32, bfloat16 (timed
-against float32 on this CPU) or float16 (GPUs), and kept by its resumes.
+"""The precision of a run's matrix products, chosen once at its start: float32, bfloat16 by
+MXNet's oneDNN or by oneMKL (``bfloat16-mkl``, AMX where the CPU has it; both timed against
+float32 on this CPU) or float16 (GPUs), and kept by its resumes.
 
 Its speed against float32 differs between CPUs with the same flags (docs/performance.md), so
 ``train.precision=auto`` times the products. oneDNN 2.x builds bfloat16 products only from
@@ -20,7 +21,7 @@ import numpy as onp
 
 from ..errors import ConfigError
 from ..hardware.cpu import AVX512_CORE, cpu_flags, isa_cap
-from ..model.precision import fully_connected
+from ..model.precision import MKL_BFLOAT16, fully_connected
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +105,18 @@ def child_probe(measure):
 
 def probe_here(measure):
     """The child's side of `child_probe`: a small bfloat16 product forward and backward (what a
-    training step runs), then with ``measure`` the speed probe; prints one JSON line."""
+    training step runs), then with ``measure`` the speed probe, oneMKL's products too where
+    they can run (else its reason); prints one JSON line."""
     import mxnet as mx
+    from ..kernels import mkl
     try:
         probe_matmul_speed(mx.cpu(), [(8, 16, 32)], rounds=1, dtypes=("bfloat16",), backward=True)
-        result = {"ok": True, **(probe_matmul_speed(mx.cpu()) if measure else {})}
+        result = {"ok": True}
+        if measure:
+            no_mkl = mkl.unavailable()
+            dtypes = ("float32", "bfloat16") + (() if no_mkl else (MKL_BFLOAT16,))
+            result.update(probe_matmul_speed(mx.cpu(), dtypes=dtypes),
+                          **({"mkl_unavailable": no_mkl} if no_mkl else {}))
     except Exception as err:  # the operator's own error, whatever MXNet wraps it in
         message = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
         message = message.removeprefix(f"{type(err).__name__}: ")  # MXNet repeats its name
@@ -146,6 +154,21 @@ def check_device(precision, ctxs):
                           "bfloat16 (AVX512-BF16), auto or float32")
     if precision == "bfloat16" and on_cpu:
         require_bfloat16("train.precision=bfloat16")
+    if precision == MKL_BFLOAT16:
+        reason = products_unavailable(precision) if on_cpu else "oneMKL's products are for CPUs"
+        if reason:
+            raise ConfigError(f"train.precision={precision} cannot run here: {reason}; use "
+                              f"train.precision=auto or float32")
+
+
+def products_unavailable(precision):
+    """Why products in ``precision`` cannot run on this CPU (one line), or None."""
+    if precision == "bfloat16":
+        return bfloat16_unavailable()
+    if precision == MKL_BFLOAT16:
+        from ..kernels import mkl
+        return mkl.unavailable()
+    return None
 
 
 def choose_precision(requested, ctxs, recorded=None):
@@ -168,11 +191,11 @@ def choose_precision(requested, ctxs, recorded=None):
 def resumed_precision(requested, ctxs, recorded):
     """A resumed run keeps its precision (``recorded``), or goes on in float32 if told so."""
     used = recorded["used"]
-    unavailable = bfloat16_unavailable() if used == "bfloat16" else None
+    unavailable = products_unavailable(used)
     if unavailable and requested == "float32":
-        reason = f"train.precision=float32 on resume: bfloat16 cannot run here ({unavailable})"
+        reason = f"train.precision=float32 on resume: {used} cannot run here ({unavailable})"
         log.warning("matrix products in float32 from now on, though this run started in "
-                    "bfloat16: %s", reason)
+                    "%s: %s", used, reason)
         return {"used": "float32", "requested": "float32", "reason": reason}
     if requested not in ("auto", used):
         log.warning("train.precision=%s is not used: this run started in %s and a resumed run "
@@ -183,16 +206,17 @@ def resumed_precision(requested, ctxs, recorded):
         if used == "float16":
             raise ConfigError("this run trains in float16, which needs a GPU: resume it on one "
                               "(device=gpu), or start a new hydra.run.dir") from None
-        raise ConfigError(f"this run trains in bfloat16, which cannot run on this CPU "
+        raise ConfigError(f"this run trains in {used}, which cannot run on this CPU "
                           f"({unavailable}): resume it with train.precision=float32 (its weights "
-                          f"are float32; the products then run at full precision), or on a CPU "
-                          f"with AVX512-BF16") from None
+                          f"are float32; the products then run at full precision), or where "
+                          f"{used} runs") from None
     log.info("matrix products in %s, as when the run started (%s)", used, recorded["reason"])
     return dict(recorded)
 
 
 def probe_choice():
-    """``auto`` on a CPU: bfloat16 when its products (timed in a child) run BF16_MIN_SPEEDUP x."""
+    """``auto`` on a CPU: the faster bfloat16 products (MXNet's; oneMKL's where they can run),
+    timed in a child, when they run BF16_MIN_SPEEDUP x float32's rate; else float32."""
     start = time.perf_counter()
     reason = cpu_lacks_bfloat16()
     if reason:
@@ -200,12 +224,18 @@ def probe_choice():
     speed = child_probe(measure=True)
     if "error" in speed:
         return {"used": "float32", "reason": f"auto: {failed_here(speed['error'])}, so float32"}
-    ratio = speed["bfloat16"] / speed["float32"]
-    used = "bfloat16" if ratio >= BF16_MIN_SPEEDUP else "float32"
-    probe = {"float32_gflop_s": round(speed["float32"], 1), "bfloat16_gflop_s": round(
-        speed["bfloat16"], 1), "ratio": round(ratio, 3), "min_ratio": BF16_MIN_SPEEDUP,
-        "seconds": round(time.perf_counter() - start, 2)}
+    rates = {p: speed[p] for p in ("float32", "bfloat16", MKL_BFLOAT16) if p in speed}
+    fastest = max((p for p in rates if p != "float32"), key=rates.get)
+    ratio = rates[fastest] / rates["float32"]
+    used = fastest if ratio >= BF16_MIN_SPEEDUP else "float32"
+    probe = {f"{p.replace('-', '_')}_gflop_s": round(r, 1) for p, r in rates.items()}
+    probe.update(ratio=round(ratio, 3), fastest=fastest, min_ratio=BF16_MIN_SPEEDUP,
+                 seconds=round(time.perf_counter() - start, 2))
+    mkl_rate = (f"{MKL_BFLOAT16} {probe['bfloat16_mkl_gflop_s']}, " if MKL_BFLOAT16 in rates
+                else "")
+    untimed = (f" ({MKL_BFLOAT16} not timed: {speed['mkl_unavailable']})"
+               if "mkl_unavailable" in speed else "")
     return {"used": used, "probe": probe,
-            "reason": f"auto: bfloat16 products {probe['bfloat16_gflop_s']} GFLOP/s, float32 "
-                      f"{probe['float32_gflop_s']}: {ratio:.2f}x, bfloat16 from "
-                      f"{BF16_MIN_SPEEDUP}x, so {used}"}
+            "reason": f"auto: bfloat16 products {probe['bfloat16_gflop_s']} GFLOP/s, {mkl_rate}"
+                      f"float32 {probe['float32_gflop_s']}: {fastest} {ratio:.2f}x, bfloat16 "
+                      f"from {BF16_MIN_SPEEDUP}x, so {used}{untimed}"}
