@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # does not run, so each is asked for its version before it is taken).
 SUPPORTED := (3, 9) <= sys.version_info[:2] <= (3, 13)
 PYTHON ?= $(firstword $(foreach v,3.13 3.12 3.11 3.10 3.9,$(shell p=$$(command -v python$(v) 2>/dev/null) && "$$p" -c 'import sys; sys.exit(not ($(SUPPORTED)))' >/dev/null 2>&1 && echo "$$p")))
-PYTHON_HELP := mtx needs Python 3.9-3.13 (MXNet 1.9.1); install one (e.g. apt-get install python3.12 python3.12-venv, or pyenv install 3.12) and run make PYTHON=/path/to/python3.12
+PYTHON_HELP := mtx needs Python 3.9-3.13 (MXNet 1.9.1); install one (e.g. apt-get install python3.12 python3.12-venv, or pyenv install 3.12) and run make install PYTHON=/path/to/python3.12
 STAMP := $(VENV)/.installed
 # oneMKL (the mkl extra, ~1 GB) for train.precision=bfloat16-mkl: where the CPU has AMX, whose
 # bfloat16 products MXNet's own oneDNN never reaches; MKL=1 installs it anywhere, MKL=0 nowhere.

@@ -48,7 +48,7 @@ def test_no_usable_python_stops_before_anything_is_created(tmp_path, args, says)
     done = _make(tmp_path, *args, path=path)
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 2 and says in lines[0] and "make PYTHON=" in lines[0]  # + make's own
+    assert len(lines) == 2 and says in lines[0] and "make install PYTHON=" in lines[0]  # + make's own
     assert lines[1].startswith("make: ***")
     assert not (tmp_path / "venv").exists()
 
@@ -67,3 +67,19 @@ def test_each_end_of_the_supported_range_is_taken(tmp_path, version):
     done = _make(tmp_path, path=path, dry_run=True)
     assert done.returncode == 0, done.stderr
     assert f"{path}/python{version} -m venv" in done.stdout
+
+
+@pytest.mark.parametrize("args, extra, says", [
+    (("HAS_AMX=yes",), True, "oneMKL installed (mkl extra): this CPU has AMX"),
+    (("HAS_AMX=",), False, "oneMKL not installed: no AMX on this CPU; make install MKL=1 adds"),
+    (("HAS_AMX=", "MKL=1"), True, "oneMKL installed (mkl extra): MKL=1"),
+    (("HAS_AMX=yes", "MKL=0"), False, "oneMKL not installed: MKL=0"),
+])
+def test_install_adds_onemkl_where_the_cpu_has_amx_and_says_so(tmp_path, args, extra, says):
+    """HAS_AMX stands in for /proc/cpuinfo's amx_bf16 flag; MKL=1/0 overrides the CPU."""
+    path = _bin_dir(tmp_path, python3_11=_python("3.11"))
+    done = _make(tmp_path, *args, path=path, dry_run=True)
+    assert done.returncode == 0, done.stderr
+    installs = [line for line in done.stdout.splitlines() if "pip install -q -e" in line]
+    assert len(installs) == 1 and (",mkl]" in installs[0]) == extra
+    assert f'echo "{says}' in done.stdout

@@ -112,3 +112,43 @@ def test_without_onemkl_auto_times_mxnets_products_and_says_why_not_onemkls():
     if "probe" in choice:  # bfloat16 runs here: both timed, oneMKL named as not timed
         assert choice["reason"].endswith("(bfloat16-mkl not timed: MTX_MKL=0 is set)")
         assert "bfloat16_mkl_gflop_s" not in choice["probe"]
+
+
+@needs_mkl
+def test_a_run_translates_with_onemkls_products_as_with_float32(toy_run):
+    """decode.precision=bfloat16-mkl loads the run with oneMKL's products in every dense layer and
+    the memorised toy task translates as in float32."""
+    from mtx.config import DecodeConfig
+    from mtx.decoding.search import Translator, load_decoder
+    lines = ["w1 w2 w3", "w7 w3 w9 w4 w2", "w5"]
+    outputs = {}
+    for name in ("float32", MKL_BFLOAT16):
+        model, tokenizer, _ = load_decoder(toy_run, mx.cpu(), precision=name)
+        dtypes = {b.compute_dtype for b in _blocks(model) if hasattr(type(b), "compute_dtype")}
+        assert dtypes == {name}
+        outputs[name] = Translator(model, tokenizer, DecodeConfig(), mx.cpu()).translate(lines)
+    assert outputs[MKL_BFLOAT16] == outputs["float32"] and all(outputs["float32"])
+
+
+def _blocks(model):
+    found = []
+    model.apply(found.append)
+    return found
+
+
+def test_decode_precision_that_cannot_run_is_one_line_before_translating(toy_run):
+    from tests.conftest import run_script
+    done = run_script("translate", f"ckpt={toy_run}", "decode.precision=bfloat16-mkl",
+                      stdin=b"w1 w2 w3\n", env={"MTX_MKL": "0"})
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2 and done.stdout == b""
+    assert lines == ["error: decode.precision=bfloat16-mkl cannot run here: MTX_MKL=0 is set; "
+                     "use decode.precision=float32"]
+
+
+def test_a_ctranslate2_export_refuses_onemkls_precision_in_one_line():
+    from mtx.config import DecodeConfig
+    from mtx.deploy.backend import translator_for
+    with pytest.raises(ConfigError, match=r"^decode.precision=bfloat16-mkl is for mtx's own "
+                                          r"decoder; CTranslate2 computes in"):
+        translator_for("no-such-export", "auto", "cpu", DecodeConfig(precision=MKL_BFLOAT16))

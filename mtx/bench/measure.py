@@ -200,10 +200,8 @@ def run_translators(name, run_dir, tmp_dir):
         kind = DefaultsTranslator if name.endswith("-defaults") else CTranslate2Translator
         return kind(model_dir, DecodeConfig(), compute=CT2[name][1]).with_settings
     import mxnet as mx
-    from ..model.precision import set_precision
     from ..decoding.search import Translator, load_decoder
-    model, tokenizer, _ = load_decoder(run_dir, mx.cpu())
-    set_precision(model, MTX_PRECISIONS[name])
+    model, tokenizer, _ = load_decoder(run_dir, mx.cpu(), precision=MTX_PRECISIONS[name])
     return lambda decode_cfg: Translator(model, tokenizer, decode_cfg, mx.cpu())
 
 

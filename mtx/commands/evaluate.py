@@ -82,7 +82,7 @@ def evaluate(cfg):
 def evaluate_into(cfg, runs, out_dir, name, sources, references, decode_cfg, ctx):
     """`evaluate` of ``runs`` (ckpt= and ensemble=) once its inputs are checked, writing into
     ``out_dir`` (held)."""
-    model, tokenizer, data_cfg = load_decoders(runs, ctx, cfg.checkpoint)
+    model, tokenizer, data_cfg = load_decoders(runs, ctx, cfg.checkpoint, decode_cfg.precision)
     tgt_lang = data_cfg.tgt_lang if data_cfg else "en"
     hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,
                                              references, tgt_lang)

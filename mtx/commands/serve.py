@@ -12,7 +12,6 @@ from ..decoding.search import load_decoder
 from .entry import decoding_options, hydra_command, typed
 
 log = logging.getLogger("mtx.serve")
-DECODING_PRECISION = "float32"  # load_run builds the model in float32; serving computes in it
 MAX_SHUTDOWN_SECONDS = 3600
 
 
@@ -64,9 +63,9 @@ def serve(cfg):
     check_bind(cfg.host, access)
     sock = bind(cfg.host, cfg.port)
     use_numpy_interface()
-    model, tokenizer, data_cfg = load_decoder(cfg.ckpt, ctx, cfg.checkpoint)
+    model, tokenizer, data_cfg = load_decoder(cfg.ckpt, ctx, cfg.checkpoint, decode_cfg.precision)
     service = build_service(model, tokenizer, ctx, decode_cfg, data_cfg, limits, batching,
-                            cfg.ckpt, checkpoint_info(cfg), DECODING_PRECISION)
+                            cfg.ckpt, checkpoint_info(cfg), decode_cfg.precision)
     if not service.study["available"]:
         log.info("head study: %s", service.study["reason"])
     log.info("warming up %s (%s parameters)", cfg.ckpt, f"{service.info['parameters']:,}")

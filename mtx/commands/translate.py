@@ -102,7 +102,7 @@ def make_translator(cfg):
         return translator_for(cfg.ckpt, cfg.checkpoint, cfg.device, decode_cfg), decode_cfg
     decode_cfg, ctx = decoding_options(cfg)
     model, tokenizer, _ = load_decoders(ensemble_runs(cfg.ckpt, cfg.ensemble), ctx,
-                                        cfg.checkpoint)
+                                        cfg.checkpoint, decode_cfg.precision)
     return Translator(model, tokenizer, decode_cfg, ctx), decode_cfg
 
 

@@ -8,11 +8,11 @@ from .data import TOY_TASKS, DataConfig
 from .decode import MAX_LENGTH_PENALTY, DecodeConfig
 from .model import ModelConfig
 from .run import Placement, RunConfig, RunKeys
-from .train import KVSTORES, LOSS_SCALES, PRECISIONS, TRAIN_PRECISIONS, TrainConfig
+from .train import KVSTORES, LOSS_SCALES, MKL_BFLOAT16, PRECISIONS, TRAIN_PRECISIONS, TrainConfig
 
 # The Hydra configs: conf/, in the package as mtx/conf (a link, copied into wheels).
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 __all__ = ["CONF_DIR", "ConfigError", "DataConfig", "DecodeConfig", "KVSTORES", "LOSS_SCALES",
-           "MAX_LENGTH_PENALTY", "ModelConfig", "PRECISIONS", "Placement", "RunConfig", "RunKeys",
-           "TOY_TASKS", "TRAIN_PRECISIONS", "TrainConfig"]
+           "MAX_LENGTH_PENALTY", "MKL_BFLOAT16", "ModelConfig", "PRECISIONS", "Placement",
+           "RunConfig", "RunKeys", "TOY_TASKS", "TRAIN_PRECISIONS", "TrainConfig"]

@@ -5,6 +5,9 @@ from typing import ClassVar, Dict
 
 from ..errors import ConfigError
 from ..typecheck import check_settings, setting
+from .train import MKL_BFLOAT16
+
+DECODE_PRECISIONS = ("float32", MKL_BFLOAT16)  # the products of a run loaded to translate
 
 
 # Above it ((5 + length) / 6) ** alpha leaves float32's range: long hypotheses all score alike.
@@ -27,6 +30,11 @@ class DecodeConfig:
     max_len_b: int = setting(10, "b >= 0 of the output limit a * source length + b", low=0)
     nbest: int = setting(1, "translations returned per sentence, 1 to decode.beam_size", low=1)
     batch_tokens: int = setting(4096, "source subwords per batch, 1 or more", low=1)
+    precision: str = setting("float32", f"the products of mtx-translate, mtx-evaluate and "
+                                        f"mtx-serve, one of {', '.join(DECODE_PRECISIONS)} "
+                                        f"(oneMKL's bfloat16, `make install MKL=1`); a training's "
+                                        f"own translations use train.precision",
+                             choices=DECODE_PRECISIONS)
 
     def greedy(self):
         """Greedy (beam 1, no length penalty, one output): validation's and the head study's."""

@@ -8,7 +8,8 @@ from ..typecheck import check_settings, setting
 
 KVSTORES = ("device", "local", "dist_sync", "dist_device_sync")
 # what matrix products run in: bfloat16-mkl is bfloat16 through oneMKL (AMX where the CPU has it)
-PRECISIONS = ("float32", "bfloat16", "bfloat16-mkl", "float16")
+MKL_BFLOAT16 = "bfloat16-mkl"
+PRECISIONS = ("float32", "bfloat16", MKL_BFLOAT16, "float16")
 TRAIN_PRECISIONS = PRECISIONS + ("auto",)        # auto: measured at start (`mtx.training.precision`)
 LOSS_SCALES = ("auto", "dynamic", "off")
 

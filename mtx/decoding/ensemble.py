@@ -68,18 +68,18 @@ def ensemble_runs(ckpt, ensemble):
     return [ckpt, *extra]
 
 
-def load_decoders(run_dirs, ctx, which="auto"):
+def load_decoders(run_dirs, ctx, which="auto", precision="float32"):
     """(model, tokenizer, the first run's DataConfig) of one run directory, or of several as an
-    `Ensemble` (`load_decoder` each; checkpoint ``which`` of each); a run whose tokenizer differs
-    from the first's is one ConfigError."""
+    `Ensemble` (`load_decoder` each; checkpoint ``which`` and products in ``precision`` for
+    each); a run whose tokenizer differs from the first's is one ConfigError."""
     from ..data.corpus import vocabulary_sha256
     from .search import load_decoder
-    model, tokenizer, data_cfg = load_decoder(run_dirs[0], ctx, which)
+    model, tokenizer, data_cfg = load_decoder(run_dirs[0], ctx, which, precision)
     if len(run_dirs) == 1:
         return model, tokenizer, data_cfg
     models, vocabulary = [model], vocabulary_sha256(tokenizer)
     for run_dir in run_dirs[1:]:
-        other, other_tokenizer, _ = load_decoder(run_dir, ctx, which)
+        other, other_tokenizer, _ = load_decoder(run_dir, ctx, which, precision)
         if vocabulary_sha256(other_tokenizer) != vocabulary:
             raise ConfigError(f"ensemble: {run_dir} has another vocabulary than {run_dirs[0]} "
                               f"(another tokenizer); an ensemble needs runs trained with one "

@@ -11,6 +11,7 @@ import numpy as onp
 from mxnet import np
 
 from ..data.batching import length_groups, source_batch
+from ..errors import ConfigError
 from ..hardware.allocator import release_free_memory
 from .lines import LineTranslator
 from ..data.vocab import BOS, EOS, SPECIALS
@@ -23,12 +24,18 @@ MAX_TRANSLATION_ROWS = 256  # sentences per translation batch at most
 MAX_TRANSLATION_HYPOTHESES = 640
 
 
-def load_decoder(run_dir, ctx, which="auto"):
+def load_decoder(run_dir, ctx, which="auto", precision="float32"):
     """(model, tokenizer, the run's DataConfig) of run directory ``run_dir`` (checkpoint
-    ``which``, as `mtx.runs.rundir.load_run` takes it) on ``ctx``, hybridized with static memory: the
-    one way every command and benchmark loads a model to translate with."""
+    ``which``, as `mtx.runs.rundir.load_run` takes it) on ``ctx``, its products in ``precision``
+    (`DecodeConfig.precision`), hybridized with static memory: the one way every command and
+    benchmark loads a model to translate with. ConfigError when the precision cannot run here."""
+    from ..model.precision import set_precision
     from ..runs.rundir import load_run
     model, tokenizer, data_cfg = load_run(run_dir, ctx, which)
+    try:
+        set_precision(model, precision)
+    except ValueError as err:
+        raise ConfigError(f"decode.{err}; use decode.precision=float32") from None
     model.hybridize(static_alloc=True)
     return model, tokenizer, data_cfg
 

@@ -29,6 +29,7 @@ import os
 from ..decoding.lines import LineTranslator
 from ..decoding.search_rules import gnmt_penalty, output_limits
 from ..data.vocab import EOS
+from ..errors import ConfigError
 from . import require
 from .export import read_export_info
 
@@ -162,6 +163,10 @@ def translator_for(ckpt, checkpoint, device, decode_cfg):
     from . import is_export
     from .export import export_run
     require()
+    if decode_cfg.precision != "float32":
+        raise ConfigError(f"decode.precision={decode_cfg.precision} is for mtx's own decoder; "
+                          f"CTranslate2 computes in its export's compute type (mtx-export "
+                          f"quantization=): leave decode.precision out")
     if is_export(ckpt):
         return CTranslate2Translator(ckpt, decode_cfg, device)
     with tempfile.TemporaryDirectory(prefix="mtx-ct2-") as tmp:

@@ -13,11 +13,10 @@ from mxnet.contrib.amp.amp import bfloat16
 from mxnet.gluon import nn
 from mxnet.util import use_np
 
-from ..config import PRECISIONS
+from ..config import MKL_BFLOAT16, PRECISIONS
 from ..kernels import mkl
 from .ops import legacy
 
-MKL_BFLOAT16 = "bfloat16-mkl"  # `mtx.kernels.mkl`'s products
 FLOAT32_PRODUCTS = ("float32", MKL_BFLOAT16)  # the precisions whose products come out float32
 
 
