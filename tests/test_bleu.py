@@ -58,3 +58,53 @@ def test_tokenized_lowercased_bleu_ignores_case_and_attached_punctuation():
 def test_chrf_is_sacrebleus_default_chrf(hypotheses):
     expected = sacrebleu.corpus_chrf(hypotheses, [REFERENCES]).score
     assert math.isclose(chrf(hypotheses, REFERENCES)["score"], round(expected, 2))
+
+
+# A Chinese caption and a close translation of it: no spaces between words, so 13a sees one
+# "word" a sentence and finds no n-gram in common, while sacreBLEU's zh tokenizer splits the
+# characters and scores the overlap
+CHINESE_REFERENCES = ["一个男人在街上骑自行车。", "两只狗在雪地里玩耍。"]
+CHINESE_HYPOTHESES = ["一个男人在路上骑自行车。", "两只狗在雪地里玩。"]
+
+
+def test_a_target_without_word_spaces_is_scored_with_sacrebleus_tokenizer_for_it():
+    by_13a = sacre_bleu(CHINESE_HYPOTHESES, CHINESE_REFERENCES)
+    by_zh = sacre_bleu(CHINESE_HYPOTHESES, CHINESE_REFERENCES, "zh")
+    expected = sacrebleu.corpus_bleu(CHINESE_HYPOTHESES, [CHINESE_REFERENCES], tokenize="zh")
+    assert by_13a["score"] == 0.0 and "tok:13a" in by_13a["signature"]
+    assert by_zh["score"] == round(expected.score, 2) > 50 and "tok:zh" in by_zh["signature"]
+    assert sacre_bleu(CHINESE_HYPOTHESES, CHINESE_REFERENCES, "zh-Hans") == by_zh  # a region
+    thai = sacre_bleu(["แมวนั่งบนเสื่อ"], ["แมวนอนบนเสื่อ"], "th")
+    assert "tok:char" in thai["signature"] and 0 < thai["score"] < 100
+
+
+def test_japanese_and_korean_need_sacrebleus_extras_or_are_scored_by_characters_and_say_so():
+    from importlib.util import find_spec
+    for lang, tokenizer, module in (("ja", "ja-mecab", "MeCab"), ("ko", "ko-mecab", "mecab_ko")):
+        result = sacre_bleu(["ねこがいる"], ["ねこがいた"], lang)
+        if find_spec(module) is not None:
+            assert f"tok:{tokenizer}" in result["signature"] and "note" not in result
+        else:
+            assert "tok:char" in result["signature"]
+            assert result["note"] == (f"{lang}: sacreBLEU's {tokenizer} tokenizer needs pip install "
+                                      f"'sacrebleu[{lang}]'; scored by characters (char) instead")
+
+
+def test_an_explicit_tokenizer_overrides_the_language_s_and_is_checked_in_one_line():
+    from mtx.config import DataConfig
+    from mtx.errors import ConfigError
+    assert "tok:intl" in sacre_bleu(HYPOTHESES, REFERENCES, "de", "intl")["signature"]
+    assert DataConfig(bleu_tokenize="char").bleu_tokenize == "char"
+    with pytest.raises(ConfigError, match=r"^data.bleu_tokenize=13b: give one of .*13a.*, or "
+                                          r"null \(the one sacreBLEU takes for data.tgt_lang\)$"):
+        DataConfig(bleu_tokenize="13b")
+
+
+@pytest.mark.parametrize("lang, reason", [
+    ("zh", "zh is written without spaces between words, which Moses' tokenizer does not split"),
+    ("th", "th is written without spaces between words, which Moses' tokenizer does not split"),
+    ("tr", "Moses' tokenizer has no rules for tr"),
+])
+def test_tokenized_lowercased_bleu_is_left_out_where_moses_has_no_rules(lang, reason):
+    assert tokenized_lowercased_bleu(HYPOTHESES, REFERENCES, lang) == {"skipped": reason}
+    assert "score" in tokenized_lowercased_bleu(HYPOTHESES, REFERENCES, "pt-BR")

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..hardware.devices import use_numpy_interface
 from ..config import DecodeConfig
 from ..errors import DataError
-from ..decoding.evaluation import translate_and_score
+from ..decoding.evaluation import score_line, translate_and_score
 from ..files import atomic_write_json, atomic_write_text
 from ..data.corpus import read_held
 from ..data.lines import read_parallel
@@ -85,14 +85,15 @@ def evaluate_into(cfg, runs, out_dir, name, sources, references, decode_cfg, ctx
     model, tokenizer, data_cfg = load_decoders(runs, ctx, cfg.checkpoint, decode_cfg.precision)
     tgt_lang = data_cfg.tgt_lang if data_cfg else "en"
     hypotheses, scores = translate_and_score(model, tokenizer, decode_cfg, ctx, sources,
-                                             references, tgt_lang)
+                                             references, tgt_lang,
+                                             data_cfg.bleu_tokenize if data_cfg else None)
     checkpoint = "" if cfg.checkpoint == "auto" else f".{Path(str(cfg.checkpoint)).stem}"
     together = f".ensemble{len(runs)}" if len(runs) > 1 else ""
     stem = f"{name}{checkpoint}{together}.{decode_name(decode_cfg)}"
     atomic_write_text(out_dir / f"{stem}.hyp", "\n".join(hypotheses) + "\n")
     atomic_write_json(out_dir / f"{stem}.json", scores)
     for metric in ("sacrebleu", "chrf", "bleu_tok_lc"):
-        print(f"{name} {metric} = {scores[metric]['score']:.2f}  {scores[metric]['signature']}")
+        print(score_line(name, metric, scores[metric]))
     print(f"{len(sources)} sentences in {scores['decode_seconds']:.1f} s "
           f"({scores['sentences_per_second']} sentences/s); hypotheses: {out_dir / stem}.hyp")
     return scores

@@ -25,6 +25,7 @@ def train(cfg):
     """Train with the composed config ``cfg``; returns the validation BLEU (for Hydra sweepers;
     None on cluster workers other than rank 0, and without a validation score)."""
     from hydra.core.hydra_config import HydraConfig
+    from ..decoding.evaluation import score_line
     from omegaconf import OmegaConf
     use_numpy_interface()
     run_dir = HydraConfig.get().runtime.output_dir
@@ -34,8 +35,7 @@ def train(cfg):
     scored = {name: scores for name, scores in report["scores"].items() if "skipped" not in scores}
     for split, scores in scored.items():
         for name in ("sacrebleu", "bleu_tok_lc", "chrf"):
-            log.info("%s %s = %.2f  %s", split, name, scores[name]["score"],
-                     scores[name]["signature"])
+            log.info("%s", score_line(split, name, scores[name]))
     log.info("run directory: %s", run_dir)
     print(json.dumps({name: scores["sacrebleu"] for name, scores in scored.items()}))
     valid = report["final"]["valid_bleu"]

@@ -23,6 +23,10 @@ class DataConfig:
                                             "names; data=files needs it)")
     tgt_lang: Optional[str] = setting("de", "the target language's code (it ends the file "
                                             "names; data=files needs it)")
+    bleu_tokenize: Optional[str] = setting(None, "sacreBLEU's tokenizer for the target language "
+                                                 "(13a, zh, char, ja-mecab, ...), or null: the "
+                                                 "one sacreBLEU's command line takes for "
+                                                 "data.tgt_lang (`mtx.decoding.bleu`)")
     raw_dir: Optional[str] = setting(None, "a local copy of Multi30k's task1/raw, or null: "
                                            "MTX_MULTI30K_DIR, else a download")
     vocab_size: int = setting(8000, "the joint SentencePiece vocabulary's size, at least 16",
@@ -64,6 +68,12 @@ class DataConfig:
                                low=1)
 
     def __post_init__(self):
+        if self.bleu_tokenize is not None:
+            from sacrebleu.metrics import BLEU
+            if self.bleu_tokenize not in BLEU.TOKENIZERS:
+                raise ConfigError(f"data.bleu_tokenize={self.bleu_tokenize}: give one of "
+                                  f"{', '.join(sorted(BLEU.TOKENIZERS))}, or null (the one "
+                                  f"sacreBLEU takes for data.tgt_lang)")
         for key in ("train", "test"):  # one prefix given alone is a list of one
             if isinstance(getattr(self, key), str):
                 object.__setattr__(self, key, [getattr(self, key)])

@@ -45,7 +45,8 @@ def score_heads(s):
     split, n = s.settings.importance_split, s.settings.max_sentences
     sources, references = (x[:n] for x in s.corpus.text[split])
     src_ids, tgt_ids = (ids[:n] for ids in s.corpus.ids[split])
-    scorer = GatedScorer(s.model, s.tokenizer, sources, references, s.ctx, s.decode_cfg)
+    scorer = GatedScorer(s.model, s.tokenizer, sources, references, s.ctx, s.decode_cfg,
+                         s.data_cfg)
     scores = importance_scores(s.model, s.corpus, split, n, scorer, s.ctx,
                                s.settings.leave_one_out)
     names = heads.layer_names(s.model.cfg)

@@ -17,10 +17,12 @@ log = logging.getLogger(__name__)
 
 
 class GatedScorer:
-    """BLEU (greedy: ``decode_cfg.greedy()``) of a split with a given (A, H) 0/1 gate array."""
+    """BLEU (greedy: ``decode_cfg.greedy()``) of a split with a given (A, H) 0/1 gate array,
+    scored as fits ``data_cfg``'s target language."""
 
-    def __init__(self, model, tokenizer, sources, references, ctx, decode_cfg):
+    def __init__(self, model, tokenizer, sources, references, ctx, decode_cfg, data_cfg):
         self.model, self.tokenizer, self.ctx = model, tokenizer, ctx
+        self.scoring = (data_cfg.tgt_lang, data_cfg.bleu_tokenize)
         self.greedy = decode_cfg.greedy()
         self.sources, self.references = sources, references
         self.calls = 0
@@ -29,7 +31,8 @@ class GatedScorer:
         self.calls += 1
         translator = Translator(self.model, self.tokenizer, self.greedy, self.ctx,
                                 head_gates=np.array(gates, ctx=self.ctx))
-        return sacre_bleu(translator.translate(self.sources), self.references)["score"]
+        return sacre_bleu(translator.translate(self.sources), self.references,
+                          *self.scoring)["score"]
 
 
 def importance_scores(model, corpus, split, max_sentences, scorer, ctx, leave_one_out):

@@ -90,7 +90,7 @@ def final_report(fit, run, train_minutes):
         faults.point("final_translation")
         hypotheses, scores[name] = translate_and_score(
             fit.model, fit.corpus.tokenizer, fit.cfg.decode, fit.pieces.ctxs[0], *text,
-            data_cfg.tgt_lang)
+            data_cfg.tgt_lang, data_cfg.bleu_tokenize)
         atomic_write_text(run.path / f"{name}.hyp.{data_cfg.tgt_lang}",
                           "\n".join(hypotheses) + "\n", RESUME_HINT)
         stop_point(fit, run, final, scores)

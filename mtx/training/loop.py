@@ -100,7 +100,8 @@ class Fit:
 
     def evaluate(self, split):
         """(mean per-token nll on ``split``, its greedy sacreBLEU or None)."""
-        return evaluate(self.pieces, self.corpus, split, self.cfg.train, self.cfg.decode)
+        return evaluate(self.pieces, self.corpus, split, self.cfg.train, self.cfg.decode,
+                        self.cfg.data)
 
     def end_of_epoch(self):
         """Validate (the weights' moving average, if kept), record and checkpoint the epoch."""

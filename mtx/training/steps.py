@@ -85,9 +85,10 @@ def guarded_update(groups, ctxs, num_tokens, loss_scales=None):
     return finite
 
 
-def evaluate(pieces, corpus, split, train_cfg, decode_cfg):
+def evaluate(pieces, corpus, split, train_cfg, decode_cfg, data_cfg):
     """(mean per-token nll on ``corpus``'s ``split``, its greedy sacreBLEU or None with
-    `train.eval_bleu=false`), on the first device."""
+    `train.eval_bleu=false`, scored as fits ``data_cfg``'s target language), on the first
+    device."""
     faults.point("evaluation")
     src_ids, tgt_ids = corpus.ids[split]
     loss = validation_loss(pieces, bucket_batches(src_ids, tgt_ids, train_cfg.batch_tokens,
@@ -95,7 +96,8 @@ def evaluate(pieces, corpus, split, train_cfg, decode_cfg):
     if not train_cfg.eval_bleu:
         return loss, None
     translator = Translator(pieces.model, corpus.tokenizer, decode_cfg.greedy(), pieces.ctxs[0])
-    return loss, sacre_bleu(translator.translate(corpus.text[split][0]), corpus.text[split][1])
+    return loss, sacre_bleu(translator.translate(corpus.text[split][0]), corpus.text[split][1],
+                            data_cfg.tgt_lang, data_cfg.bleu_tokenize)
 
 
 def validation_loss(pieces, batches):
