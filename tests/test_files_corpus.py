@@ -215,3 +215,48 @@ def test_a_run_that_reuses_the_prepared_split_logs_what_the_filters_dropped(corp
     assert "training split: prepared before" in caplog.text
     assert ("300 pairs read, 298 kept (dropped: 2 empty, 0 too long, 0 length ratio)"
             in caplog.text)
+
+
+def write_tsv(path, rows, gz=False):
+    data = "".join("\t".join(row) + "\n" for row in rows).encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data) if gz else data)
+
+
+def test_a_tsv_corpus_reads_as_the_same_pairs_in_two_files(corpus_dir, tmp_path):
+    """train.tsv.gz, dev.tsv and news.tsv with the target first and an attribution column
+    (data.tsv_columns=[1,0]): the same training pairs, held splits and vocabulary as the files
+    of the same text; split once into the data directory and reused."""
+    tsv_dir = tmp_path / "tsv_corpus"
+    for name, n, seed, gz in (("train", 300, 1, True), ("dev", 20, 2, False),
+                              ("news", 10, 3, False)):
+        rows = [(de, en, f"source {i}") for i, (en, de) in
+                enumerate(zip(sentences(n, seed, "en"), sentences(n, seed, "de")))]
+        write_tsv(tsv_dir / f"{name}.tsv{'.gz' if gz else ''}", rows, gz)
+    from_files = load_corpus(files_config(corpus_dir, test=[str(corpus_dir / "sets" / "news")]),
+                             corpus_dir / "data", seed=0)
+    cfg = files_config(tsv_dir, test=[str(tsv_dir / "news")], tsv_columns=[1, 0])
+    from_tsv = load_corpus(cfg, tsv_dir / "data", seed=0)
+    assert from_tsv.text == from_files.text
+    assert from_tsv.train_pairs() == from_files.train_pairs()
+    split = sorted((tsv_dir / "data" / "tsv").iterdir())
+    assert len(split) == 3 and all(p.name.endswith("-1-0") for p in split)
+    assert load_corpus(cfg, tsv_dir / "data", seed=0).text == from_files.text  # reused
+    assert sorted((tsv_dir / "data" / "tsv").iterdir()) == split
+
+
+def test_a_tsv_row_with_too_few_columns_is_one_line_naming_it(tmp_path):
+    write_tsv(tmp_path / "train.tsv", [("a man", "ein mann", "x")] * 5 + [("only one",)])
+    write_tsv(tmp_path / "dev.tsv", [("a dog", "ein hund")] * 3)
+    with pytest.raises(DataError, match=r"train\.tsv:6: 1 column\(s\), but "
+                                        r"data\.tsv_columns=\[0,1\] needs 2; fix or remove"):
+        load_corpus(files_config(tmp_path), tmp_path / "data", seed=0)
+    with pytest.raises(DataError, match=r"train\.tsv:1: 3 column\(s\), but "
+                                        r"data\.tsv_columns=\[0,3\] needs 4"):
+        load_corpus(files_config(tmp_path, tsv_columns=[0, 3]), tmp_path / "data", seed=0)
+
+
+@pytest.mark.parametrize("columns", [[0, 0], [1], [0, 1, 2]])
+def test_tsv_columns_that_cannot_name_a_pair_are_refused_in_one_line(tmp_path, columns):
+    with pytest.raises(ConfigError, match=r"^data\.tsv_columns=.*: give two different columns"):
+        files_config(tmp_path, tsv_columns=columns)

@@ -47,8 +47,8 @@ def read_split(cfg, data_cfg):
     if split not in prefixes:
         raise DataError(f"split={split}: {cfg.ckpt}'s corpus has {', '.join(prefixes)}; choose "
                         f"one, or pass source= and reference=")
-    return (split, *read_held(split, prefix_pair(prefixes[split], data_cfg, f"split={split}"),
-                              data_cfg.lowercase_source))
+    pair = prefix_pair(prefixes[split], data_cfg, f"split={split}", cfg.data_dir)
+    return (split, *read_held(split, pair, data_cfg.lowercase_source))
 
 
 def decode_name(decode_cfg):

@@ -54,6 +54,9 @@ class DataConfig:
                                          "early stopping)")
     test: Union[str, List[str], None] = setting(None, "data=files: prefixes of test sets, each "
                                                       "scored under its last path component")
+    tsv_columns: List[int] = setting([0, 1], "data=files, a prefix given as <prefix>.tsv: the "
+                                             "source and target columns, from 0 (the others "
+                                             "are ignored)", low=0)
     max_length_ratio: float = setting(9.0, "the longest ratio of a training pair's subword "
                                       "lengths to keep, at least 1 (9, as Moses' cleaning)", low=1.0)
     vocab_sample: int = setting(1_000_000, "how many training lines (source and target) "
@@ -74,6 +77,10 @@ class DataConfig:
                 raise ConfigError(f"data.bleu_tokenize={self.bleu_tokenize}: give one of "
                                   f"{', '.join(sorted(BLEU.TOKENIZERS))}, or null (the one "
                                   f"sacreBLEU takes for data.tgt_lang)")
+        if len(self.tsv_columns) != 2 or self.tsv_columns[0] == self.tsv_columns[1]:
+            raise ConfigError(f"data.tsv_columns={list(self.tsv_columns)}: give two different "
+                              f"columns of a <prefix>.tsv file, [source, target], counted from "
+                              f"0, e.g. [0,1]")
         for key in ("train", "test"):  # one prefix given alone is a list of one
             if isinstance(getattr(self, key), str):
                 object.__setattr__(self, key, [getattr(self, key)])

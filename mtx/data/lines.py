@@ -68,7 +68,13 @@ def read_lines(path):
     """Lines of a UTF-8 text file (gzip-compressed or plain), without newlines (nor a first line's
     byte-order mark); DataError names the line of any invalid UTF-8, or the file when it is
     missing or a directory."""
-    return [_decoded(path, number, raw) for number, raw in _numbered_lines(path)]
+    return [text for _, text in numbered_text(path)]
+
+
+def numbered_text(path):
+    """(line number from 1, text) of `read_lines`'s lines, one at a time."""
+    for number, raw in _numbered_lines(path):
+        yield number, _decoded(path, number, raw)
 
 
 def _decoded(path, number, raw):

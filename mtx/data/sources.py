@@ -1,6 +1,6 @@
 """Which files a corpus is made of: Multi30k's (downloaded and verified, `mtx.data.multi30k`) or
-a user's own (data=files: ``<prefix>.<lang>`` or ``<prefix>.<lang>.gz``), as file pairs that
-every later step reads the same way.
+a user's own (data=files: ``<prefix>.<lang>`` or ``<prefix>.<lang>.gz``, or one
+``<prefix>.tsv``), as file pairs that every later step reads the same way.
 
 `CorpusFiles` holds (source path, target path) pairs:
     train   what training reads, concatenated in order (a teacher's translations included)
@@ -14,6 +14,7 @@ from typing import Dict, List, Tuple
 from ..errors import DataError
 from ..files import sha256_of
 from .multi30k import TEST_SPLIT, file_name, multi30k_file, check_pair
+from .tsv import tsv_file, tsv_pair
 
 VALID = "val"  # the validation split's name, whatever the corpus calls its file
 FilePair = Tuple[Path, Path]
@@ -30,19 +31,28 @@ class CorpusFiles:
         return [name for name in self.splits if name != VALID]
 
 
-def prefix_file(prefix, lang, key):
-    """``<prefix>.<lang>``, else ``<prefix>.<lang>.gz``; DataError names both and ``key``."""
+def prefix_file(prefix, lang):
+    """``<prefix>.<lang>``, else ``<prefix>.<lang>.gz``, else None."""
     plain = Path(f"{prefix}.{lang}").expanduser()
-    packed = Path(f"{plain}.gz")
-    for path in (plain, packed):
-        if path.is_file():
-            return path.absolute()
-    raise DataError(f"{key}={prefix}: neither {plain} nor {packed} is a file; give the prefix "
-                    f"of files named <prefix>.{lang} (plain or gzipped text)")
+    return next((path.absolute() for path in (plain, Path(f"{plain}.gz")) if path.is_file()),
+                None)
 
 
-def prefix_pair(prefix, cfg, key):
-    return prefix_file(prefix, cfg.src_lang, key), prefix_file(prefix, cfg.tgt_lang, key)
+def prefix_pair(prefix, cfg, key, data_dir):
+    """(source path, target path) of ``prefix``: ``<prefix>.<lang>`` files (plain or gzipped),
+    else ``<prefix>.tsv`` split into ``data_dir`` (`mtx.data.tsv`); DataError names what is
+    missing and ``key``."""
+    pair = [prefix_file(prefix, lang) for lang in (cfg.src_lang, cfg.tgt_lang)]
+    if all(pair):
+        return tuple(pair)
+    tsv = tsv_file(prefix) if not any(pair) else None
+    if tsv is not None:
+        return tsv_pair(tsv, cfg, data_dir)
+    lang = cfg.tgt_lang if pair[0] else cfg.src_lang
+    plain = Path(f"{prefix}.{lang}").expanduser()
+    raise DataError(f"{key}={prefix}: neither {plain} nor {plain}.gz is a file; give the prefix "
+                    f"of files named <prefix>.{lang} (plain or gzipped text), or of one "
+                    f"<prefix>.tsv (or .tsv.gz) with both sides")
 
 
 def held_prefixes(cfg):
@@ -59,10 +69,12 @@ def held_prefixes(cfg):
     return prefixes
 
 
-def files_corpus(cfg):
-    """`CorpusFiles` of data=files (`mtx.config.DataConfig.train`, ``valid``, ``test``)."""
-    train = [prefix_pair(prefix, cfg, "data.train") for prefix in cfg.train]
-    splits = {name: prefix_pair(prefix, cfg, "data.valid" if name == VALID else "data.test")
+def files_corpus(cfg, data_dir):
+    """`CorpusFiles` of data=files (`mtx.config.DataConfig.train`, ``valid``, ``test``), TSV
+    files split into ``data_dir``."""
+    train = [prefix_pair(prefix, cfg, "data.train", data_dir) for prefix in cfg.train]
+    splits = {name: prefix_pair(prefix, cfg, "data.valid" if name == VALID else "data.test",
+                                data_dir)
               for name, prefix in held_prefixes(cfg).items()}
     return train, splits
 
@@ -81,7 +93,7 @@ def corpus_files(cfg, data_dir):
     """The `CorpusFiles` of a Multi30k or data=files `DataConfig`; DataError for a missing file.
     With ``data.distilled_target`` training reads the sources with the teacher's translations
     (beside the references, with ``distilled_with_references``)."""
-    train, splits = (files_corpus(cfg) if cfg.name == "files"
+    train, splits = (files_corpus(cfg, data_dir) if cfg.name == "files"
                      else multi30k_corpus(cfg, data_dir))
     vocab = list(train)
     if cfg.distilled_target:
