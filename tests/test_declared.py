@@ -26,7 +26,8 @@ WITH = {"data.train": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "da
         "target_heads": ["method=l0"], "method": ["prune_fraction=0.5"]}
 EXAMPLE = {"model.heads_per_layer": [2] * 9, "access.token": secrets.token_urlsafe(),
            "train.devices": ["cpu:0"], "access.allowed_hosts": ["example.org"],
-           "access.trusted_proxies": ["10.0.0.0/8"], "data.name": "files", "target_heads": 9}
+           "access.trusted_proxies": ["10.0.0.0/8"], "data.name": "files", "target_heads": 9,
+           "data.bleu_tokenize": "char"}
 
 
 def _another_value(f, default):
