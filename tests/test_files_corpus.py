@@ -260,3 +260,63 @@ def test_a_tsv_row_with_too_few_columns_is_one_line_naming_it(tmp_path):
 def test_tsv_columns_that_cannot_name_a_pair_are_refused_in_one_line(tmp_path, columns):
     with pytest.raises(ConfigError, match=r"^data\.tsv_columns=.*: give two different columns"):
         files_config(tmp_path, tsv_columns=columns)
+
+
+def test_byte_fallback_turns_an_unseen_character_into_bytes_not_unk(corpus_dir):
+    """A validation line with a character the training text never has: <unk> in the default
+    vocabulary, its UTF-8 bytes (and back to the character) with data.byte_fallback=true."""
+    from mtx.data.vocab import UNK
+    write_pairs(corpus_dir / "dev", "en", "de", ["a man with a ☃ runs"] * 3, ["ein ☃"] * 3)
+    plain = load_corpus(files_config(corpus_dir), corpus_dir / "data", seed=0)
+    with_bytes = load_corpus(files_config(corpus_dir, byte_fallback=True, vocab_size=400),
+                             corpus_dir / "data", seed=0)
+    assert UNK in plain.ids["val"][0][0]
+    ids = with_bytes.ids["val"][0][0]
+    assert UNK not in ids and "<0xE2>" in with_bytes.tokenizer.pieces(ids)
+    assert with_bytes.tokenizer.decode([ids]) == ["a man with a ☃ runs"]
+
+
+def test_user_symbols_stay_whole_and_an_existing_model_is_used_as_it_is(corpus_dir, tmp_path):
+    plain = load_corpus(files_config(corpus_dir), corpus_dir / "data", seed=0).tokenizer
+    corpus = load_corpus(files_config(corpus_dir, user_symbols=["<bt>", "<2de>"]),
+                         corpus_dir / "data", seed=0)
+    assert "<bt>" not in plain.pieces(plain.encode(["<bt> a man runs"])[0])  # split into pieces
+    assert "<bt>" in corpus.tokenizer.pieces(corpus.tokenizer.encode(["<bt> a man runs"])[0])
+    model = corpus.tokenizer.model_path
+    elsewhere = tmp_path / "other"
+    write_pairs(elsewhere / "train", "en", "de", sentences(50, 9, "en"), sentences(50, 9, "de"))
+    write_pairs(elsewhere / "dev", "en", "de", sentences(5, 8, "en"), sentences(5, 8, "de"))
+    reused = load_corpus(files_config(elsewhere, spm_model=model, vocab_size=16),
+                         elsewhere / "data", seed=0)
+    assert reused.tokenizer.definition() == corpus.tokenizer.definition()
+    assert not (elsewhere / "data" / "spm").exists()  # nothing learnt
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"user_symbols": ["<b t>"]}, r"^data\.user_symbols: '<b t>' cannot be one piece; give tags "
+                                  r"without spaces"),
+    ({"user_symbols": ["<bt>", "<bt>"]}, r"^data\.user_symbols=\['<bt>', '<bt>'\] names a "
+                                         r"symbol twice$"),
+    ({"character_coverage": 1.5}, r"^data\.character_coverage=1\.5: give a share in \(0, 1\]"),
+])
+def test_vocabulary_settings_that_cannot_work_are_one_line(tmp_path, settings, message):
+    with pytest.raises(ConfigError, match=message):
+        files_config(tmp_path, **settings)
+
+
+def test_a_missing_vocabulary_model_is_one_line_before_anything_is_learnt(corpus_dir):
+    with pytest.raises(DataError, match=r"^data\.spm_model=.*nowhere\.model is not a file; give "
+                                        r"a SentencePiece \.model file"):
+        load_corpus(files_config(corpus_dir, spm_model=str(corpus_dir / "nowhere.model")),
+                    corpus_dir / "data", seed=0)
+    assert not (corpus_dir / "data" / "spm").exists()
+
+
+def test_languages_of_many_characters_get_sentencepieces_recommended_coverage(tmp_path):
+    from mtx.data.vocab import vocabulary_options
+    assert vocabulary_options(files_config(tmp_path))["character_coverage"] == 1.0
+    assert vocabulary_options(files_config(tmp_path, tgt_lang="ja"))["character_coverage"] == 0.9995
+    assert vocabulary_options(files_config(tmp_path, src_lang="zh-Hant"))[
+        "character_coverage"] == 0.9995
+    assert vocabulary_options(files_config(tmp_path, tgt_lang="ja", character_coverage=1.0))[
+        "character_coverage"] == 1.0

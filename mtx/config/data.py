@@ -31,6 +31,17 @@ class DataConfig:
                                            "MTX_MULTI30K_DIR, else a download")
     vocab_size: int = setting(8000, "the joint SentencePiece vocabulary's size, at least 16",
                               low=16)
+    spm_model: Optional[str] = setting(None, "an existing SentencePiece model file to use "
+                                             "instead of learning one (ids 0-3: <pad> <unk> <s> "
+                                             "</s>; its size replaces data.vocab_size), or null")
+    byte_fallback: bool = setting(False, "true: a character the vocabulary lacks becomes its "
+                                         "UTF-8 bytes, not <unk> (256 of data.vocab_size)")
+    character_coverage: Optional[float] = setting(None, "the share of the characters the "
+                                                        "vocabulary covers, in (0, 1], or null: "
+                                                        "0.9995 where a side is zh, ja or ko, "
+                                                        "else 1")
+    user_symbols: List[str] = setting([], "pieces never split, e.g. tags ['<bt>','<2de>'] "
+                                          "(no spaces)")
     max_pair_len: int = setting(128, "the most subwords on either side of a training pair, 1 or "
                                      "more (longer pairs are dropped and counted)", low=1,
                                 key="max_len")
@@ -71,24 +82,16 @@ class DataConfig:
                                low=1)
 
     def __post_init__(self):
-        if self.bleu_tokenize is not None:
-            from sacrebleu.metrics import BLEU
-            if self.bleu_tokenize not in BLEU.TOKENIZERS:
-                raise ConfigError(f"data.bleu_tokenize={self.bleu_tokenize}: give one of "
-                                  f"{', '.join(sorted(BLEU.TOKENIZERS))}, or null (the one "
-                                  f"sacreBLEU takes for data.tgt_lang)")
-        if len(self.tsv_columns) != 2 or self.tsv_columns[0] == self.tsv_columns[1]:
-            raise ConfigError(f"data.tsv_columns={list(self.tsv_columns)}: give two different "
-                              f"columns of a <prefix>.tsv file, [source, target], counted from "
-                              f"0, e.g. [0,1]")
         for key in ("train", "test"):  # one prefix given alone is a list of one
             if isinstance(getattr(self, key), str):
                 object.__setattr__(self, key, [getattr(self, key)])
-        for key in ("train", "valid", "test"):  # absolute: data.json is read from anywhere
+        for key in ("train", "valid", "test", "spm_model"):  # absolute: data.json is read anywhere
             value = getattr(self, key)
             if value:
                 object.__setattr__(self, key, _absolute(value))
         check_settings(self, "data.")
+        check_vocabulary_settings(self)
+        check_scoring_settings(self)
         if self.name == "files":
             check_files_settings(self)
         elif self.train or self.valid or self.test:
@@ -110,6 +113,36 @@ class DataConfig:
             raise ConfigError(f"data.min_len={self.min_len}, data.max_toy_len={self.max_toy_len}"
                               f", data.sizes={list(self.sizes)}: need min_len <= max_toy_len and "
                               f"three sizes, [train, val, test]")
+
+def check_scoring_settings(cfg):
+    """ConfigError (one line) for a sacreBLEU tokenizer it does not have, or TSV columns that
+    cannot name a pair."""
+    if cfg.bleu_tokenize is not None:
+        from sacrebleu.metrics import BLEU
+        if cfg.bleu_tokenize not in BLEU.TOKENIZERS:
+            raise ConfigError(f"data.bleu_tokenize={cfg.bleu_tokenize}: give one of "
+                              f"{', '.join(sorted(BLEU.TOKENIZERS))}, or null (the one "
+                              f"sacreBLEU takes for data.tgt_lang)")
+    if len(cfg.tsv_columns) != 2 or cfg.tsv_columns[0] == cfg.tsv_columns[1]:
+        raise ConfigError(f"data.tsv_columns={list(cfg.tsv_columns)}: give two different "
+                          f"columns of a <prefix>.tsv file, [source, target], counted from 0, "
+                          f"e.g. [0,1]")
+
+
+def check_vocabulary_settings(cfg):
+    """ConfigError (one line) for a coverage outside (0, 1] or a user symbol that SentencePiece
+    cannot keep whole (empty, with spaces, repeated)."""
+    coverage = cfg.character_coverage
+    if coverage is not None and not 0 < coverage <= 1:
+        raise ConfigError(f"data.character_coverage={coverage}: give a share in (0, 1], e.g. "
+                          f"0.9995, or null")
+    for symbol in cfg.user_symbols:
+        if not isinstance(symbol, str) or not symbol or any(c.isspace() for c in symbol):
+            raise ConfigError(f"data.user_symbols: {symbol!r} cannot be one piece; give tags "
+                              f"without spaces, e.g. ['<bt>']")
+    if len(set(cfg.user_symbols)) != len(cfg.user_symbols):
+        raise ConfigError(f"data.user_symbols={list(cfg.user_symbols)} names a symbol twice")
+
 
 def _absolute(prefixes):
     if isinstance(prefixes, str):

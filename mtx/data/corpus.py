@@ -13,7 +13,7 @@ from ..files import atomic_copy, atomic_write_text, read_json, sha256_of
 from .lines import stream_pairs
 from .multi30k import TEST_SPLIT
 from .pairs import PairIds
-from .prepare import Filter, is_blank, prepared_training, vocabulary_model
+from .prepare import Filter, UnknownCount, is_blank, prepared_training, vocabulary_model
 from .sources import VALID, corpus_files
 from .toy import make_toy, toy_symbols
 from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer
@@ -120,6 +120,11 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
     text = {name: read_held(name, pair, cfg.lowercase_source)
             for name, pair in files.splits.items()}
     ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
+    for split, (src_ids, tgt_ids) in ids.items():
+        unknown = UnknownCount()
+        unknown.add("src", src_ids)
+        unknown.add("tgt", tgt_ids)
+        log.info("%s: %s", split, unknown.described())
     return Corpus(text, ids, tokenizer, prepared.pairs, prepared, files.test_names)
 
 

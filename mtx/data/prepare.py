@@ -26,7 +26,7 @@ from ..errors import DataError
 from ..files import atomic_write_text, fsync_dir
 from .lines import stream_pairs
 from .pairs import PairIds, Side, SideWriter
-from .vocab import train_sentencepiece
+from .vocab import DEFAULT_OPTIONS, UNK, train_sentencepiece, vocabulary_options
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,16 @@ def is_blank(src, tgt):
 def vocabulary_model(cfg, file_pairs, digests, data_dir):
     """The SentencePiece model of the training files ``file_pairs`` (`train_sentencepiece` on
     at most ``cfg.vocab_sample`` lines, half from each side, a seeded reservoir sample; all of
-    them, in order, when there are no more): made once, then found by the files' ``digests``."""
-    key = _key(digests, cfg.vocab_size, cfg.vocab_sample, cfg.lowercase_source)
+    them, in order, when there are no more): made once, then found by the files' ``digests``.
+    ``data.spm_model``: that model, learnt nowhere (DataError when it is not a file)."""
+    if cfg.spm_model:
+        if not Path(cfg.spm_model).is_file():
+            raise DataError(f"data.spm_model={cfg.spm_model} is not a file; give a SentencePiece "
+                            f".model file, or null to learn the vocabulary")
+        return Path(cfg.spm_model)
+    options = vocabulary_options(cfg)
+    key = _key(digests, cfg.vocab_size, cfg.vocab_sample, cfg.lowercase_source,
+               *([options] if options != DEFAULT_OPTIONS else []))
     spm_dir = Path(data_dir) / "spm"
     index = spm_dir / "index" / key
     if index.is_file() and (spm_dir / index.read_text().strip()).is_file():
@@ -75,7 +83,7 @@ def vocabulary_model(cfg, file_pairs, digests, data_dir):
     if seen > size:
         log.info("vocabulary: learnt from a sample of %d of %d training pairs (data.vocab_sample)",
                  size, seen)
-    model = train_sentencepiece(samples[0] + samples[1], cfg.vocab_size, spm_dir)
+    model = train_sentencepiece(samples[0] + samples[1], cfg.vocab_size, spm_dir, options)
     index.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(index, model.name)
     return model
@@ -126,6 +134,10 @@ def prepared_training(cfg, file_pairs, digests, tokenizer, tokenizer_digest, dat
     log.info("training split: prepared before (%s): %d pairs read, %d kept (dropped: %s)",
              folder, meta["read"], meta["pairs"], ", ".join(
                  f"{n} {reason.replace('_', ' ')}" for reason, n in meta["dropped"].items()))
+    if "unknown" in meta:
+        unknown = UnknownCount()
+        unknown.counts = meta["unknown"]
+        log.info("training split: %s", unknown.described())
     return prepared
 
 
@@ -170,6 +182,7 @@ def encode_training(cfg, file_pairs, tokenizer, folder):
 def _encode_into(cfg, file_pairs, tokenizer, tmp):
     writers = [SideWriter(tmp / name) for name in ("src", "tgt", "src_text", "tgt_text")]
     keep, read, tic = Filter(cfg.max_pair_len, cfg.max_length_ratio), 0, time.time()
+    unknown = UnknownCount()
     with tqdm(desc="preparing the training split", unit=" pairs", unit_scale=True,
               mininterval=2, leave=False) as bar:
         for pairs in _chunked(read_training_pairs(file_pairs, cfg.lowercase_source)):
@@ -178,8 +191,9 @@ def _encode_into(cfg, file_pairs, tokenizer, tmp):
             rows = [i for i, (src, tgt) in enumerate(pairs) if not is_blank(src, tgt)
                     and keep.keep(src_ids[i], tgt_ids[i])]
             keep.counts["empty"] += sum(is_blank(src, tgt) for src, tgt in pairs)
-            for writer, values in zip(writers, (src_ids, tgt_ids)):
+            for writer, values, side in zip(writers, (src_ids, tgt_ids), ("src", "tgt")):
                 writer.write([values[i] for i in rows])
+                unknown.add(side, (values[i] for i in rows))
             for writer, side in zip(writers[2:], (0, 1)):
                 writer.write([pairs[i][side].encode("utf-8") for i in rows])
             read += len(pairs)
@@ -195,8 +209,26 @@ def _encode_into(cfg, file_pairs, tokenizer, tmp):
         raise DataError(f"no training pair is left after the filters ({keep.described()} of "
                         f"{read}): check the files, or raise data.max_len or "
                         f"data.max_length_ratio")
+    log.info("training split: %s", unknown.described())
     return {"pairs": kept, "read": read, "dropped": keep.counts, "seconds": round(seconds, 1),
-            "files": [[str(p) for p in pair] for pair in file_pairs]}
+            "files": [[str(p) for p in pair] for pair in file_pairs], "unknown": unknown.counts}
+
+
+class UnknownCount:
+    """How many subwords of each side are ``<unk>`` (characters the vocabulary lacks), of how
+    many: ``counts`` {side: [unknown, subwords]}."""
+
+    def __init__(self):
+        self.counts = {"src": [0, 0], "tgt": [0, 0]}
+
+    def add(self, side, id_lists):
+        for ids in id_lists:
+            self.counts[side][0] += ids.count(UNK)
+            self.counts[side][1] += len(ids)
+
+    def described(self):
+        return ", ".join(f"<unk> {100 * n / max(total, 1):.3f}% of the {name} subwords"
+                         for name, (n, total) in zip(("source", "target"), self.counts.values()))
 
 
 def _chunked(pairs, size=CHUNK_PAIRS):

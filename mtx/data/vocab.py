@@ -72,15 +72,39 @@ class SentencePieceTokenizer:
                 "lowercase_source": self.lowercase_source}
 
 
-def train_sentencepiece(texts, vocab_size, cache_dir):
-    """Train (or reuse) a joint BPE model on ``texts``; cached by content hash and size.
+# SentencePiece's training options that mtx sets (`VocabularyOptions`), at their defaults
+DEFAULT_OPTIONS = {"byte_fallback": False, "character_coverage": 1.0, "user_defined_symbols": []}
+# languages of many characters: SentencePiece recommends covering 99.95% of them, not all
+MANY_CHARACTERS = ("zh", "ja", "ko", "yue")
+
+
+def vocabulary_options(cfg):
+    """SentencePiece's options from a `DataConfig`: byte fallback, the character coverage
+    (null: 0.9995 where a side's language has many characters, else 1) and user symbols."""
+    coverage = cfg.character_coverage
+    if coverage is None:
+        langs = {(lang or "").replace("_", "-").split("-")[0].lower()
+                 for lang in (cfg.src_lang, cfg.tgt_lang)}
+        coverage = 0.9995 if langs & set(MANY_CHARACTERS) else 1.0
+    return {"byte_fallback": cfg.byte_fallback, "character_coverage": coverage,
+            "user_defined_symbols": list(cfg.user_symbols)}
+
+
+def train_sentencepiece(texts, vocab_size, cache_dir, options=None):
+    """Train (or reuse) a joint BPE model on ``texts`` with SentencePiece's ``options``
+    (`vocabulary_options`; None: `DEFAULT_OPTIONS`); cached by content hash, size and the
+    options that differ from the defaults.
 
     Returns the path of the ``.model`` file; it is written atomically."""
     import sentencepiece as spm
+    options = {**DEFAULT_OPTIONS, **(options or {})}
     digest = hashlib.sha256()
     for line in texts:
         digest.update(line.encode("utf-8") + b"\n")
-    key = f"spm{vocab_size}-{digest.hexdigest()[:16]}"
+    changed = {k: v for k, v in options.items() if v != DEFAULT_OPTIONS[k]}
+    suffix = "-" + hashlib.sha256(repr(sorted(changed.items())).encode()).hexdigest()[:8] \
+        if changed else ""
+    key = f"spm{vocab_size}-{digest.hexdigest()[:16]}{suffix}"
     cache_dir = Path(cache_dir)
     model = cache_dir / f"{key}.model"
     if model.exists():
@@ -92,8 +116,8 @@ def train_sentencepiece(texts, vocab_size, cache_dir):
     try:
         spm.SentencePieceTrainer.train(
             input=str(corpus), model_prefix=str(tmp_prefix), vocab_size=vocab_size,
-            model_type="bpe", character_coverage=1.0, pad_id=PAD, unk_id=UNK, bos_id=BOS,
-            eos_id=EOS, num_threads=2, input_sentence_size=0, minloglevel=2)
+            model_type="bpe", pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, num_threads=2,
+            input_sentence_size=0, minloglevel=2, **options)
         atomic_write(model, lambda tmp: os.replace(f"{tmp_prefix}.model", tmp))
     except RuntimeError as err:  # e.g. fewer pieces than the corpus has characters, or more
         # than its words can make
