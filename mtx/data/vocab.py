@@ -72,7 +72,13 @@ class SentencePieceTokenizer:
                 "lowercase_source": self.lowercase_source}
 
 
-# SentencePiece's training options that mtx sets (`VocabularyOptions`), at their defaults
+def base_language(lang):
+    """The language of a code as SentencePiece's advice, sacreBLEU and Moses know it:
+    ``zh-Hans`` -> ``zh``, ``pt_BR`` -> ``pt``, lowercased; '' for None."""
+    return (lang or "").replace("_", "-").split("-")[0].lower()
+
+
+# SentencePiece's training options that mtx sets (`vocabulary_options`), at their defaults
 DEFAULT_OPTIONS = {"byte_fallback": False, "character_coverage": 1.0, "user_defined_symbols": []}
 # languages of many characters: SentencePiece recommends covering 99.95% of them, not all
 MANY_CHARACTERS = ("zh", "ja", "ko", "yue")
@@ -83,8 +89,7 @@ def vocabulary_options(cfg):
     (null: 0.9995 where a side's language has many characters, else 1) and user symbols."""
     coverage = cfg.character_coverage
     if coverage is None:
-        langs = {(lang or "").replace("_", "-").split("-")[0].lower()
-                 for lang in (cfg.src_lang, cfg.tgt_lang)}
+        langs = {base_language(lang) for lang in (cfg.src_lang, cfg.tgt_lang)}
         coverage = 0.9995 if langs & set(MANY_CHARACTERS) else 1.0
     return {"byte_fallback": cfg.byte_fallback, "character_coverage": coverage,
             "user_defined_symbols": list(cfg.user_symbols)}

@@ -13,6 +13,7 @@ mtx takes its ``char`` tokenizer. ``ja-mecab`` and ``ko-mecab`` need extras (``p
 """
 import functools
 
+from ..data.vocab import base_language
 from ..errors import ConfigError
 
 TOKENIZE_BY_LANG = {"zh": "zh", "yue": "zh", "ja": "ja-mecab", "ko": "ko-mecab", "th": "char",
@@ -22,12 +23,6 @@ WITHOUT_EXTRAS = "char"  # for ja-mecab and ko-mecab when their extras are not i
 EXTRAS = {"ja-mecab": "sacrebleu[ja]", "ko-mecab": "sacrebleu[ko]"}
 # written without spaces between words: Moses' tokenizer does not segment them
 NO_WORD_SPACES = frozenset(lang for lang, name in TOKENIZE_BY_LANG.items() if name != "ko-mecab")
-
-
-def base_language(lang):
-    """The language of a code as sacreBLEU and Moses know it: ``zh-Hans`` -> ``zh``,
-    ``pt_BR`` -> ``pt``, lowercased; '' for None."""
-    return (lang or "").replace("_", "-").split("-")[0].lower()
 
 
 @functools.lru_cache(maxsize=16)
