@@ -122,8 +122,8 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
     ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
     for split, (src_ids, tgt_ids) in ids.items():
         unknown = UnknownCount()
-        unknown.add("src", src_ids)
-        unknown.add("tgt", tgt_ids)
+        unknown.add("src", src_ids, text[split][0])
+        unknown.add("tgt", tgt_ids, text[split][1])
         log.info("%s: %s", split, unknown.described())
     return Corpus(text, ids, tokenizer, prepared.pairs, prepared, files.test_names)
 

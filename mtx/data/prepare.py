@@ -135,9 +135,7 @@ def prepared_training(cfg, file_pairs, digests, tokenizer, tokenizer_digest, dat
              folder, meta["read"], meta["pairs"], ", ".join(
                  f"{n} {reason.replace('_', ' ')}" for reason, n in meta["dropped"].items()))
     if "unknown" in meta:
-        unknown = UnknownCount()
-        unknown.counts = meta["unknown"]
-        log.info("training split: %s", unknown.described())
+        log.info("training split: %s", UnknownCount(meta["unknown"]).described())
     return prepared
 
 
@@ -191,9 +189,10 @@ def _encode_into(cfg, file_pairs, tokenizer, tmp):
             rows = [i for i, (src, tgt) in enumerate(pairs) if not is_blank(src, tgt)
                     and keep.keep(src_ids[i], tgt_ids[i])]
             keep.counts["empty"] += sum(is_blank(src, tgt) for src, tgt in pairs)
-            for writer, values, side in zip(writers, (src_ids, tgt_ids), ("src", "tgt")):
+            for writer, values, side in zip(writers, (src_ids, tgt_ids), (0, 1)):
                 writer.write([values[i] for i in rows])
-                unknown.add(side, (values[i] for i in rows))
+                unknown.add(("src", "tgt")[side], [values[i] for i in rows],
+                            [pairs[i][side] for i in rows])
             for writer, side in zip(writers[2:], (0, 1)):
                 writer.write([pairs[i][side].encode("utf-8") for i in rows])
             read += len(pairs)
@@ -215,20 +214,25 @@ def _encode_into(cfg, file_pairs, tokenizer, tmp):
 
 
 class UnknownCount:
-    """How many subwords of each side are ``<unk>`` (characters the vocabulary lacks), of how
-    many: ``counts`` {side: [unknown, subwords]}."""
+    """How a vocabulary cuts each side of a split: how many subwords are ``<unk>`` (characters
+    it lacks), of how many, for how many words (whitespace-separated): ``counts`` {side:
+    [unknown, subwords, words]}. A fine-tuning run's log shows how well its parent's vocabulary
+    fits the new text."""
 
-    def __init__(self):
-        self.counts = {"src": [0, 0], "tgt": [0, 0]}
+    def __init__(self, counts=None):
+        self.counts = counts or {"src": [0, 0, 0], "tgt": [0, 0, 0]}
 
-    def add(self, side, id_lists):
-        for ids in id_lists:
-            self.counts[side][0] += ids.count(UNK)
-            self.counts[side][1] += len(ids)
+    def add(self, side, id_lists, texts):
+        counts = self.counts[side]
+        for ids, text in zip(id_lists, texts):
+            counts[0] += ids.count(UNK)
+            counts[1] += len(ids)
+            counts[2] += len(text.split())
 
     def described(self):
-        return ", ".join(f"<unk> {100 * n / max(total, 1):.3f}% of the {name} subwords"
-                         for name, (n, total) in zip(("source", "target"), self.counts.values()))
+        return ", ".join(f"<unk> {100 * n / max(total, 1):.3f}% of the {name} subwords "
+                         f"({total / max(words, 1):.2f} a word)" for name, (n, total, words)
+                         in zip(("source", "target"), self.counts.values()))
 
 
 def _chunked(pairs, size=CHUNK_PAIRS):

@@ -31,7 +31,8 @@ class Parent:
 
 def parent_run(init_from, data_cfg):
     """The `Parent` named by ``init_from`` (a training run directory); one-line errors for what
-    is not a finished run or has another source lowercasing than ``data_cfg``."""
+    is not a finished run, or has another language pair or source lowercasing than
+    ``data_cfg``."""
     try:
         run = require_run(Path(init_from).expanduser().absolute())
         manifest = run.locate_checkpoint("auto")
@@ -39,6 +40,12 @@ def parent_run(init_from, data_cfg):
         tokenizer = load_tokenizer(run.path)
     except CheckpointError as err:
         raise CheckpointError(f"init_from: {str(err).replace('ckpt=', '', 1)}") from None
+    pair = (parent_data.src_lang, parent_data.tgt_lang) if parent_data else None
+    if pair and pair != (data_cfg.src_lang, data_cfg.tgt_lang):
+        raise ConfigError(f"init_from={init_from} translates {pair[0]}->{pair[1]}, this run's "
+                          f"data {data_cfg.src_lang}->{data_cfg.tgt_lang}: a fine-tuning run "
+                          f"keeps its parent's languages (its vocabulary and output layer are "
+                          f"theirs); give data.src_lang={pair[0]} data.tgt_lang={pair[1]}")
     lowercased = bool(parent_data and parent_data.lowercase_source)
     if lowercased != data_cfg.lowercase_source:
         raise ConfigError(f"init_from={init_from} was trained with data.lowercase_source="
