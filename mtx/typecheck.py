@@ -85,8 +85,14 @@ def declared(cls):
     return values
 
 
-def shown(value):
-    """A setting as it is typed on the command line (null, true, false)."""
+SECRET_SHOWN = "<not shown: a secret setting>"
+
+
+def shown(value, field=None):
+    """A setting as it is typed on the command line (null, true, false); the value of a secret
+    ``field`` (`setting`'s ``secret``) never."""
+    if field is not None and field.metadata.get("secret") and value is not None:
+        return SECRET_SHOWN
     if isinstance(value, bool):
         return "true" if value else "false"
     return "null" if value is None else value
@@ -122,7 +128,7 @@ def check_settings(settings, prefix=""):
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
         if "hint" in f.metadata and not _within(value, hints[f.name], f.metadata):
-            raise ConfigError(f"{prefix}{key_of(f)}={shown(value)}: give {f.metadata['hint']}")
+            raise ConfigError(f"{prefix}{key_of(f)}={shown(value, f)}: give {f.metadata['hint']}")
 
 
 def _fits(value, hint):
@@ -164,7 +170,9 @@ def from_dict(cls, values, section=""):
         if dataclasses.is_dataclass(hint) and isinstance(value, dict):
             values[key] = from_dict(hint, value, dotted + key)
         elif not _fits(value, hint):
-            what = dataclasses.fields(cls)[list(fields).index(key)].metadata.get("hint")
-            raise ConfigError(f"{dotted}{key}={value!r} has type {_spell(type(value))}; "
+            field = dataclasses.fields(cls)[list(fields).index(key)]
+            what = field.metadata.get("hint")
+            given = SECRET_SHOWN if field.metadata.get("secret") else repr(value)
+            raise ConfigError(f"{dotted}{key}={given} has type {_spell(type(value))}; "
                               f"expected {_spell(hint)}" + (f" ({what})" if what else ""))
     return cls(**from_keys(cls, values))

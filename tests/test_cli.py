@@ -159,6 +159,19 @@ def test_values_that_cannot_work_are_refused_before_any_work(cls, values, expect
         from_dict(cls, values, section)
 
 
+@pytest.mark.parametrize("token", [12345678901234567890, ["a-secret-token-in-a-list"]])
+def test_a_secret_setting_of_the_wrong_type_is_refused_without_its_value(token):
+    """access.token (a secret `setting`): the type error names the key, never the value, which
+    would otherwise reach a terminal's scroll-back or a CI log."""
+    from mtx.serving.access import Access
+    from mtx.typecheck import SECRET_SHOWN
+    with pytest.raises(ConfigError) as refused:
+        from_dict(Access, {"token": token}, "access")
+    message = str(refused.value)
+    assert message.startswith(f"access.token={SECRET_SHOWN} has type ")
+    assert str(token).strip("[]'") not in message
+
+
 def test_typed_accepts_what_the_configs_hold():
     train = from_dict(TrainConfig, {"lr": 1, "max_minutes": None, "devices": ["cpu"]}, "train")
     assert train.lr == 1
