@@ -194,13 +194,14 @@ def test_evaluate_reads_a_files_split_as_training_read_it(corpus_dir):
     write_pairs(corpus_dir / "sets" / "news", "en", "de", src, tgt)
     cfg = files_config(corpus_dir, test=[str(corpus_dir / "sets" / "news")])
     corpus = load_corpus(cfg, corpus_dir / "data", seed=0)
-    assert read_split(SimpleNamespace(split="news", ckpt="run"), cfg) == ("news",
-                                                                          *corpus.text["news"])
-    assert read_split(SimpleNamespace(split=None, ckpt="run"), cfg)[1][4] == ""
+    def options(split):
+        return SimpleNamespace(split=split, ckpt="run", data_dir=corpus_dir / "data")
+    assert read_split(options("news"), cfg) == ("news", *corpus.text["news"])
+    assert read_split(options(None), cfg)[1][4] == ""
     dev = sentences(20, 2, "en")
     dev[0] = " "
     write_pairs(corpus_dir / "dev", "en", "de", dev, sentences(20, 2, "de"))
-    _, val_src, val_tgt = read_split(SimpleNamespace(split="val", ckpt="run"), cfg)
+    _, val_src, val_tgt = read_split(options("val"), cfg)
     assert val_src == dev[1:] and val_tgt == sentences(20, 2, "de")[1:]
 
 
@@ -268,7 +269,7 @@ def test_byte_fallback_turns_an_unseen_character_into_bytes_not_unk(corpus_dir):
     from mtx.data.vocab import UNK
     write_pairs(corpus_dir / "dev", "en", "de", ["a man with a ☃ runs"] * 3, ["ein ☃"] * 3)
     plain = load_corpus(files_config(corpus_dir), corpus_dir / "data", seed=0)
-    with_bytes = load_corpus(files_config(corpus_dir, byte_fallback=True, vocab_size=400),
+    with_bytes = load_corpus(files_config(corpus_dir, byte_fallback=True, vocab_size=320),
                              corpus_dir / "data", seed=0)
     assert UNK in plain.ids["val"][0][0]
     ids = with_bytes.ids["val"][0][0]

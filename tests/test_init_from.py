@@ -41,9 +41,9 @@ def test_a_run_started_from_another_begins_where_it_ended_and_says_so(toy_run, t
     (["model.num_hiddens=32", "model.num_heads=4"],
      r"error: init_from=.* has model.num_hiddens=64 \(now 32\): a fine-tuning run keeps the model"),
     (["init_from=/nowhere/run"], r"error: init_from: /nowhere/run is not a directory"),
-    (["data.tgt_lang=fr"], r"error: init_from=.* translates en->de, this run's data en->fr: a "
-                           r"fine-tuning run keeps its parent's languages .*; give "
-                           r"data.src_lang=en data.tgt_lang=de$"),
+    (["data.tgt_lang=fr"], r"error: init_from=.* translates src->tgt, this run's data src->fr: "
+                           r"a fine-tuning run keeps its parent's languages .*; give "
+                           r"data.src_lang=src data.tgt_lang=tgt$"),
 ])
 def test_a_start_that_cannot_be_is_one_line(toy_run, tmp_path, overrides, message):
     import re

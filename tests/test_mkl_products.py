@@ -140,10 +140,10 @@ def test_decode_precision_that_cannot_run_is_one_line_before_translating(toy_run
     from tests.conftest import run_script
     done = run_script("translate", f"ckpt={toy_run}", "decode.precision=bfloat16-mkl",
                       stdin=b"w1 w2 w3\n", env={"MTX_MKL": "0"})
-    lines = done.stderr.decode().strip().splitlines()
-    assert done.returncode == 2 and done.stdout == b""
-    assert lines == ["error: decode.precision=bfloat16-mkl cannot run here: MTX_MKL=0 is set; "
-                     "use decode.precision=float32"]
+    from tests.test_cli import assert_one_line
+    line = assert_one_line(done.stderr, done.returncode, 2)
+    assert done.stdout == b"" and line == ("error: decode.precision=bfloat16-mkl cannot run here: "
+                                           "MTX_MKL=0 is set; use decode.precision=float32")
 
 
 def test_a_ctranslate2_export_refuses_onemkls_precision_in_one_line():
