@@ -73,7 +73,7 @@ def test_a_bfloat16_run_translates_and_resumes_only_in_float32(bfloat16_run, tmp
 def test_the_bench_says_why_bfloat16_is_left_out(tmp_path):
     done = run_command("bench", "train", "--impl", "mtx,mtx-bf16", cwd=tmp_path, env=AVX2)
     assert_one_line(done.stderr.decode(), done.returncode, 2,
-                    "error: --impl mtx-bf16: bfloat16 products cannot run on this CPU")
+                    "error: --impl mtx-bf16: its products cannot run on this CPU")
 
 
 @pytest.mark.slow
