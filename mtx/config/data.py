@@ -114,6 +114,7 @@ class DataConfig:
                               f", data.sizes={list(self.sizes)}: need min_len <= max_toy_len and "
                               f"three sizes, [train, val, test]")
 
+
 def check_scoring_settings(cfg):
     """ConfigError (one line) for a sacreBLEU tokenizer it does not have, or TSV columns that
     cannot name a pair."""
@@ -137,7 +138,7 @@ def check_vocabulary_settings(cfg):
         raise ConfigError(f"data.character_coverage={coverage}: give a share in (0, 1], e.g. "
                           f"0.9995, or null")
     for symbol in cfg.user_symbols:
-        if not isinstance(symbol, str) or not symbol or any(c.isspace() for c in symbol):
+        if not symbol or any(c.isspace() for c in symbol):  # a str: check_settings saw to it
             raise ConfigError(f"data.user_symbols: {symbol!r} cannot be one piece; give tags "
                               f"without spaces, e.g. ['<bt>']")
     if len(set(cfg.user_symbols)) != len(cfg.user_symbols):

@@ -20,8 +20,8 @@ SUFFIXES = (".tsv", ".tsv.gz")
 
 def tsv_file(prefix):
     """``<prefix>.tsv`` or ``<prefix>.tsv.gz`` (absolute), or None when neither is a file."""
-    return next((Path(f"{prefix}{suffix}").expanduser().absolute() for suffix in SUFFIXES
-                 if Path(f"{prefix}{suffix}").expanduser().is_file()), None)
+    candidates = (Path(f"{prefix}{suffix}").expanduser() for suffix in SUFFIXES)
+    return next((path.absolute() for path in candidates if path.is_file()), None)
 
 
 def tsv_pair(path, cfg, data_dir):

@@ -3,7 +3,7 @@ whether this process has it open.
 
 oneMKL comes from the package index (``pip install mkl``: ``libmkl_rt.so.N`` in the
 environment's ``lib/``); ``make install`` adds it on CPUs with AMX (README "Install"). The
-kernels' library is not linked against it: `open` finds it and hands its path to
+kernels' library is not linked against it: `open_mkl` finds it and hands its path to
 ``mtx_mkl_open``, which opens it on the GNU OpenMP threading layer and asks Linux for the AMX
 tile state. Decided once per process (``MTX_MKL=0`` leaves it closed); `status` says what and
 why, for precision.json and the training log.
@@ -37,9 +37,9 @@ def library():
 def open_mkl():
     """True when ``mtx_mkl_dense`` can run in this process (kernels loaded, oneMKL open)."""
     if not _status:
-        reason = _open()
+        reason, path = _open()
         _status.update(available=reason is None, reason=reason or "oneMKL open",
-                       library=library() if reason is None else None)
+                       library=path if reason is None else None)
     return _status["available"]
 
 
@@ -56,16 +56,17 @@ def unavailable():
 
 
 def _open():
-    """None once oneMKL is open in this process; else the reason it is not."""
+    """(None, libmkl_rt's path) once oneMKL is open in this process; else (the reason it is
+    not, its path or None)."""
     if os.environ.get("MTX_MKL", "1") == "0":
-        return "MTX_MKL=0 is set"
+        return "MTX_MKL=0 is set", None
     if not load():
-        return f"mtx's native kernels are not loaded ({kernels_status()['reason']})"
+        return f"mtx's native kernels are not loaded ({kernels_status()['reason']})", None
     path = library()
     if path is None:
-        return f"oneMKL is not installed: {INSTALL_HINT}"
+        return f"oneMKL is not installed: {INSTALL_HINT}", None
     kernels = ctypes.CDLL(kernels_status()["library"])  # the handle MXNet's loader opened
     error = ctypes.create_string_buffer(512)
     if kernels.mtx_mkl_open(path.encode(), error, len(error)) != 0:
-        return f"oneMKL at {path} cannot be used ({error.value.decode(errors='replace')})"
-    return None
+        return f"oneMKL at {path} cannot be used ({error.value.decode(errors='replace')})", path
+    return None, path
