@@ -7,6 +7,7 @@
     mtx-bench corpus [--pairs 2000000] [--small 29000] [--minutes 3] [--work DIR]
     mtx-bench profile --run RUN_DIR [--beam 5] [--max-sentences N]
     mtx-bench profile-train [--impl mtx|mtx-bf16|mtx-mkl] [--steps 20] [--warmup-steps 20]
+    mtx-bench quality [--impl mtx,opennmt,sockeye] [--data NAME] [--model NAME] [--minutes 60]
 
 Training: every implementation gets conf/model/small.yaml (--model, untied, the corpus's
 vocabulary, one dropout rate for attention too, as the peers take it), conf/data/multi30k_en_de.yaml
@@ -22,7 +23,8 @@ times), with the pairs' per-round ratios of seconds; several runs are translated
 implementation in one process, in interleaved rounds (a smaller model against a larger one).
 Profile: where one translation's (or --steps training steps') time goes, per MXNet operator
 (`mtx.bench.profile`).
-Tables go to stdout.
+Quality: mtx against OpenNMT-py and Sockeye, each trained for the same minutes on the same files
+and scored alike (`mtx.bench.quality`). Tables go to stdout.
 """
 import argparse
 import logging
@@ -38,6 +40,7 @@ from .measure import (DECODE_DEFAULT, DECODE_IMPLS, MTX_PRECISIONS, RUN_BEAMS, T
                       decode_runs, describe, measure, train_settings)
 from .corpus import measure_corpus
 from .profile import measure_profile, measure_train_profile
+from .quality import IMPLS as QUALITY_IMPLS, measure_quality
 from .serve import measure_serve
 
 log = logging.getLogger("mtx.bench")
@@ -141,8 +144,12 @@ OPTIONS = {
     "steps": dict(type=number(int, 1), default=20, help="training steps profiled"),
     "pairs": dict(type=number(int, 1), default=2_000_000, help="pairs of the large corpus"),
     "small": dict(type=number(int, 1), default=29_000, help="its first lines: the small corpus"),
-    "minutes": dict(type=number(float, 0), default=3.0, help="training minutes of each start"),
-    "work": dict(default="outputs/bench-corpus", help="where the corpora and runs go")}
+    "minutes": dict(type=number(float, 0), help="training minutes (corpus: of each start, 3; "
+                                                 "quality: of each toolkit, 60)"),
+    "work": dict(help="where the corpora, runs and logs go (outputs/bench-<command>)"),
+    "seed": dict(type=number(int, 1), default=1, help="every toolkit's training seed"),
+    "data-overrides": dict(help="Hydra overrides of data.* keys, e.g. \"data.train=... "
+                                "data.valid=...\" with --data files")}
 COMMANDS = {"train": (run_measurement, "training throughput, MFU and paired ratios",
                       "impl model data seconds warmup-steps rounds"),
             "decode": (run_measurement, "a trained run translated by mtx and CTranslate2",
@@ -154,7 +161,10 @@ COMMANDS = {"train": (run_measurement, "training throughput, MFU and paired rati
             "profile": (measure_profile, "where a translation's time goes: MXNet's profiler, "
                         "per operator", "run beam max-sentences"),
             "profile-train": (measure_train_profile, "where a training step's time goes, per "
-                              "operator", "impl model data steps warmup-steps")}
+                              "operator", "impl model data steps warmup-steps"),
+            "quality": (measure_quality, f"BLEU and speed of mtx and the toolkits users pick "
+                        f"instead ({', '.join(QUALITY_IMPLS)}), the same minutes each",
+                        "impl data model minutes seed work data-overrides")}
 
 
 def main(argv=None):
@@ -167,7 +177,9 @@ def main(argv=None):
         sub.add_argument("--out", type=Path, help="write the JSON report here")
         for option in options.split():
             sub.add_argument(f"--{option}", **OPTIONS[option])
-        sub.set_defaults(seconds=20.0 if command == "serve" else 60.0)
+        sub.set_defaults(seconds=20.0 if command == "serve" else 60.0,
+                         minutes=60.0 if command == "quality" else 3.0,
+                         work=f"outputs/bench-{command}")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     with one_line_errors():
