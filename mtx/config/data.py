@@ -1,5 +1,6 @@
 """The corpus's settings: `DataConfig` (Hydra group ``data``)."""
 import os
+import re
 from dataclasses import dataclass
 from typing import ClassVar, Dict, List, Optional, Union
 
@@ -65,6 +66,13 @@ class DataConfig:
                                          "early stopping)")
     test: Union[str, List[str], None] = setting(None, "data=files: prefixes of test sets, each "
                                                       "scored under its last path component")
+    train_weights: List[float] = setting([], "one sampling weight > 0 a data.train prefix of "
+                                             "data=files, its share of every epoch (OpenNMT-py's "
+                                             "corpus weights), or [] (each pair once an epoch)",
+                                         above=0)
+    train_tags: List[Optional[str]] = setting([], "one tag <name> (or null) a data.train prefix "
+                                                  "of data=files, put before each of its sources "
+                                                  "as one token, e.g. [null,<bt>]")
     tsv_columns: List[int] = setting([0, 1], "data=files, a prefix given as <prefix>.tsv: the "
                                              "source and target columns, from 0 (the others "
                                              "are ignored)", low=0)
@@ -91,6 +99,7 @@ class DataConfig:
                 object.__setattr__(self, key, _absolute(value))
         check_settings(self, "data.")
         check_vocabulary_settings(self)
+        check_corpus_mix(self)
         check_scoring_settings(self)
         if self.name == "files":
             check_files_settings(self)
@@ -143,6 +152,25 @@ def check_vocabulary_settings(cfg):
                               f"without spaces, e.g. ['<bt>']")
     if len(set(cfg.user_symbols)) != len(cfg.user_symbols):
         raise ConfigError(f"data.user_symbols={list(cfg.user_symbols)} names a symbol twice")
+
+
+TAG = re.compile(r"<[^<>\s]+>")  # a corpus tag: <name>, no spaces (mtx.data.mix)
+
+
+def check_corpus_mix(cfg):
+    """ConfigError (one line) for weights or tags that are not one a data.train prefix of
+    data=files, or a tag not written <name> without spaces."""
+    for key in ("train_weights", "train_tags"):
+        given = getattr(cfg, key)
+        if given and (cfg.name != "files" or len(given) != len(cfg.train or [])
+                      or cfg.distilled_target):
+            raise ConfigError(f"data.{key}={list(given)}: give one a data.train prefix of "
+                              f"data=files ({len(cfg.train or [])} given; not with "
+                              f"data.distilled_target)")
+    for tag in cfg.train_tags:
+        if tag is not None and not TAG.fullmatch(tag):
+            raise ConfigError(f"data.train_tags: {tag!r} is not a tag; write it <name> without "
+                              f"spaces, e.g. <bt>, or null for none")
 
 
 def _absolute(prefixes):

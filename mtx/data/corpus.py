@@ -10,7 +10,9 @@ from typing import Dict, List, Tuple
 from ..config import DataConfig
 from ..errors import ConfigError, DataError
 from ..files import atomic_copy, atomic_write_text, read_json, sha256_of
+from .batching import batch_plan
 from .lines import stream_pairs
+from .mix import CorpusMix, check_tag_pieces, corpus_mix, run_tags
 from .multi30k import TEST_SPLIT
 from .pairs import PairIds
 from .prepare import Filter, UnknownCount, is_blank, prepared_training, vocabulary_model
@@ -44,6 +46,7 @@ class Corpus:
     training: PairIds
     training_text: object
     test_names: List[str]
+    mix: CorpusMix = None  # the training corpora (None: one, each pair once an epoch)
 
     def train_pairs(self):
         """The training pairs as (source id lists, target id lists) (for the head study)."""
@@ -95,6 +98,15 @@ class TrainingPairs:
         """Whether an epoch that starts with ``budget_fraction`` of the budget spent is cut anew."""
         return bool(self.subword_dropout) and budget_fraction >= self.dropout_from
 
+    def plan(self, pairs, batch_tokens, seed):
+        """The epoch of ``seed``'s `mtx.data.plan.EpochPlan` over ``pairs`` (`for_epoch`'s): the
+        corpora's shares drawn by their weights (`CorpusMix.members`), bucketed and shuffled."""
+        mix = self.corpus.mix
+        members = mix.members(seed) if mix is not None else None
+        lengths = pairs.bucket_lengths()
+        return batch_plan(lengths if members is None else lengths[members], batch_tokens,
+                          shuffle=True, seed=seed, members=members)
+
     def for_epoch(self, seed, resegmented=True):
         """Every pair (`PairIds`), in the same order every epoch: cut anew from ``seed`` when
         ``resegmented`` (and BPE-dropout is on), else the usual cut."""
@@ -114,9 +126,12 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
     if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
         model = vocabulary_model(cfg, files.vocab, [sums[p] for pair in files.vocab for p in pair],
                                  data_dir)
-        tokenizer = SentencePieceTokenizer(model, cfg.lowercase_source)
+        tokenizer = SentencePieceTokenizer(model, cfg.lowercase_source,
+                                           run_tags(cfg.train_tags, cfg.user_symbols))
+    check_tag_pieces(tokenizer, cfg.train_tags)
     prepared = prepared_training(cfg, files.train, [sums[p] for pair in files.train for p in pair],
                                  tokenizer, tokenizer_sha256(tokenizer), data_dir)
+    mix = corpus_mix(cfg, files.train, prepared.meta["corpora"])
     text = {name: read_held(name, pair, cfg.lowercase_source)
             for name, pair in files.splits.items()}
     ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
@@ -125,7 +140,7 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
         unknown.add("src", src_ids, text[split][0])
         unknown.add("tgt", tgt_ids, text[split][1])
         log.info("%s: %s", split, unknown.described())
-    return Corpus(text, ids, tokenizer, prepared.pairs, prepared, files.test_names)
+    return Corpus(text, ids, tokenizer, prepared.pairs, prepared, files.test_names, mix)
 
 
 def toy_corpus(cfg, seed, tokenizer=None):
@@ -196,15 +211,16 @@ def load_tokenizer(run_dir):
         raise TokenizerError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
                              f"is it a training run directory?")
     if path.name == SPM_FILE:
-        return SentencePieceTokenizer(path, source_lowercased(run_dir))
+        settings = data_settings(run_dir)
+        return SentencePieceTokenizer(path, settings.get("lowercase_source", False) is True,
+                                      run_tags(settings.get("train_tags") or [],
+                                               settings.get("user_symbols") or []))
     return WordTokenizer(read_json(path, TokenizerError, "toy vocabulary", kind=list))
 
 
-def source_lowercased(directory):
-    """Whether the tokenizer in ``directory`` (a run, or an export of one) was trained on
-    lowercased sources (``data.lowercase_source`` in the data.json beside it; none: no)."""
+def data_settings(directory):
+    """The data settings beside the tokenizer in ``directory`` (a run, or an export of one):
+    its data.json as a dict ({} when there is none)."""
     path = Path(directory) / DATA_FILE
-    if not path.is_file():
-        return False
-    return read_json(path, TokenizerError, "data config").get("lowercase_source", False) is True
+    return read_json(path, TokenizerError, "data config") if path.is_file() else {}
 

@@ -30,17 +30,21 @@ from .vocab import DEFAULT_OPTIONS, UNK, train_sentencepiece, vocabulary_options
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1            # of prepared/<key>/: a new layout gets new keys
+FORMAT = 2            # of prepared/<key>/: a new layout gets new keys
 CHUNK_PAIRS = 20_000  # pairs read, encoded (both cores: SentencePiece's threads) and written at once
 VOCAB_SEED = 0        # the vocabulary sample's: the same files give the same vocabulary
 
 
-def read_training_pairs(file_pairs, lowercase_source):
-    """(source, target) of every line of the file pairs in order, the source lowercased when
-    asked; DataError (one line) for a missing, misaligned or non-UTF-8 file."""
-    for src_path, tgt_path in file_pairs:
+def read_training_pairs(file_pairs, lowercase_source, tags=None):
+    """(corpus, source, target) of every line of the file pairs in order (corpus: the pair's
+    index), the source lowercased when asked and, when not blank, after its corpus's tag
+    (``tags``: one or None a pair); DataError (one line) for a missing, misaligned or non-UTF-8
+    file."""
+    for corpus, (src_path, tgt_path) in enumerate(file_pairs):
+        tag = f"{tags[corpus]} " if tags and tags[corpus] else ""
         for _, src, tgt in stream_pairs(src_path, tgt_path):
-            yield (src.lower() if lowercase_source else src), tgt
+            src = src.lower() if lowercase_source else src
+            yield corpus, (tag + src if tag and src.strip() else src), tgt
 
 
 def is_blank(src, tgt):
@@ -66,7 +70,7 @@ def vocabulary_model(cfg, file_pairs, digests, data_dir):
         return spm_dir / index.read_text().strip()
     size = cfg.vocab_sample // 2
     samples, rng, seen = ([], []), random.Random(VOCAB_SEED), 0
-    for src, tgt in read_training_pairs(file_pairs, cfg.lowercase_source):
+    for _, src, tgt in read_training_pairs(file_pairs, cfg.lowercase_source):
         if is_blank(src, tgt):
             continue
         seen += 1
@@ -124,7 +128,7 @@ def prepared_training(cfg, file_pairs, digests, tokenizer, tokenizer_digest, dat
     """The training split as `PreparedTraining`: encoded once (`encode_training`), then mapped
     from ``<data_dir>/prepared/<key>``."""
     key = _key(digests, tokenizer_digest, cfg.max_pair_len, cfg.max_length_ratio,
-               cfg.lowercase_source, FORMAT)
+               cfg.lowercase_source, FORMAT, *([cfg.train_tags] if any(cfg.train_tags) else []))
     folder = Path(data_dir) / "prepared" / key
     if not (folder / "meta.json").is_file():
         encode_training(cfg, file_pairs, tokenizer, folder)
@@ -180,15 +184,19 @@ def encode_training(cfg, file_pairs, tokenizer, folder):
 def _encode_into(cfg, file_pairs, tokenizer, tmp):
     writers = [SideWriter(tmp / name) for name in ("src", "tgt", "src_text", "tgt_text")]
     keep, read, tic = Filter(cfg.max_pair_len, cfg.max_length_ratio), 0, time.time()
-    unknown = UnknownCount()
+    unknown, kept_by_corpus = UnknownCount(), [0] * len(file_pairs)
     with tqdm(desc="preparing the training split", unit=" pairs", unit_scale=True,
               mininterval=2, leave=False) as bar:
-        for pairs in _chunked(read_training_pairs(file_pairs, cfg.lowercase_source)):
-            src_ids = tokenizer.encode([src for src, _ in pairs])
-            tgt_ids = tokenizer.encode([tgt for _, tgt in pairs])
+        for chunk in _chunked(read_training_pairs(file_pairs, cfg.lowercase_source,
+                                                  cfg.train_tags)):
+            pairs = [(src, tgt) for _, src, tgt in chunk]
+            src_ids = tokenizer.source.encode([src for src, _ in pairs])
+            tgt_ids = tokenizer.target.encode([tgt for _, tgt in pairs])
             rows = [i for i, (src, tgt) in enumerate(pairs) if not is_blank(src, tgt)
                     and keep.keep(src_ids[i], tgt_ids[i])]
             keep.counts["empty"] += sum(is_blank(src, tgt) for src, tgt in pairs)
+            for i in rows:
+                kept_by_corpus[chunk[i][0]] += 1
             for writer, values, side in zip(writers, (src_ids, tgt_ids), (0, 1)):
                 writer.write([values[i] for i in rows])
                 unknown.add(("src", "tgt")[side], [values[i] for i in rows],
@@ -210,7 +218,8 @@ def _encode_into(cfg, file_pairs, tokenizer, tmp):
                         f"data.max_length_ratio")
     log.info("training split: %s", unknown.described())
     return {"pairs": kept, "read": read, "dropped": keep.counts, "seconds": round(seconds, 1),
-            "files": [[str(p) for p in pair] for pair in file_pairs], "unknown": unknown.counts}
+            "files": [[str(p) for p in pair] for pair in file_pairs], "unknown": unknown.counts,
+            "corpora": kept_by_corpus}
 
 
 class UnknownCount:

@@ -20,6 +20,10 @@ RESUME_MAY_CHANGE = {"train": {"resume", "max_epochs", "max_minutes", "patience"
                      "data": {"raw_dir"}}
 
 
+# run.json's keys added since runs were first written: a run without one is not compared on it
+ADDED_KEYS = ("corpora",)
+
+
 def check_identity(run, identity):
     """Refuse to continue the `RunDir` ``run`` as a run that means something else
     (`mtx.runs.rundir.run_identity`: model config, language pair, tokenizer)."""
@@ -30,7 +34,8 @@ def check_identity(run, identity):
     saved = read_json(path, CheckpointError, "run description")
     if isinstance(saved, dict) and isinstance(saved.get("model"), dict):  # a setting renamed
         saved["model"] = renamed(ModelConfig, saved["model"])            # since: its new name
-    differ = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
+    differ = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k)
+                    and (k in saved or k not in ADDED_KEYS))
     if differ:
         keys = [f"model.{k}" for k in identity["model"]
                 if saved.get("model", {}).get(k) != identity["model"][k]]

@@ -65,6 +65,8 @@ def prepare(run, cfg, config_yaml, is_chief, parent=None):
         check_model(parent, model_cfg)
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
     started_from = parent.described() if parent else resuming and run.started_from()
+    if data_cfg.name == "files":  # each corpus's pairs, weight, tag and pairs an epoch
+        identity["corpora"] = corpus.mix.record()
     if started_from:  # a resume without init_from= continues where the run started
         identity["init_from"] = started_from
     if resuming:
