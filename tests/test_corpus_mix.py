@@ -108,11 +108,14 @@ def test_a_tag_missing_from_a_given_vocabulary_is_one_line(two_corpora):
         mixed(two_corpora, train_tags=[None, "<bt>"], spm_model=plain.tokenizer.model_path)
 
 
-@pytest.mark.parametrize("override", ["data.train_weights=[1,0]", "data.train_tags=[null,'<b t>']"])
-def test_mtx_train_ends_bad_weights_and_tags_in_one_line_exit_2(two_corpora, override):
+@pytest.mark.parametrize("override, message", [
+    ("data.train_weights=[1,0]", "error: data.train_weights=[1, 0]: give one sampling weight"),
+    ("data.train_tags=[null,'<b t>']", "error: data.train_tags: '<b t>' is not a tag"),
+])
+def test_mtx_train_ends_bad_weights_and_tags_in_one_line_exit_2(two_corpora, override, message):
     done = run_script("train", "data=files", "data.src_lang=en", "data.tgt_lang=de",
                       f"data.train=[{two_corpora / 'web'},{two_corpora / 'bt'}]",
                       f"data.valid={two_corpora / 'dev'}", override,
                       f"hydra.run.dir={two_corpora / 'run'}", cwd=two_corpora)
-    assert_one_line(done.stderr, done.returncode, 2)
+    assert assert_one_line(done.stderr, done.returncode, 2).startswith(message)
     assert not (two_corpora / "run" / "checkpoints").exists()

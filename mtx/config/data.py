@@ -10,6 +10,7 @@ from ..typecheck import check_settings, setting
 
 TOY_TASKS = ("copy", "reverse")  # the toy task: the target is the source copied or reversed
 CORPORA = ("multi30k", "files", "toy")
+VOCABS = ("joint", "separate")  # one SentencePiece model for both sides, or one a side
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,15 @@ class DataConfig:
                                                  "data.tgt_lang (`mtx.decoding.bleu`)")
     raw_dir: Optional[str] = setting(None, "a local copy of Multi30k's task1/raw, or null: "
                                            "MTX_MULTI30K_DIR, else a download")
-    vocab_size: int = setting(8000, "the joint SentencePiece vocabulary's size, at least 16",
-                              low=16)
-    spm_model: Optional[str] = setting(None, "an existing SentencePiece model file to use "
-                                             "instead of learning one (ids 0-3: <pad> <unk> <s> "
-                                             "</s>; its size replaces data.vocab_size), or null")
+    vocab: str = setting("joint", "joint (one SentencePiece model for both sides) or separate "
+                                  "(one a side; model.tie_embeddings then ties the target's "
+                                  "embedding and the output only)", choices=VOCABS)
+    vocab_size: int = setting(8000, "the SentencePiece vocabulary's size (each side's when "
+                                    "separate), at least 16", low=16)
+    spm_model: Union[str, List[str], None] = setting(
+        None, "an existing SentencePiece model file to use instead of learning one (ids 0-3: "
+              "<pad> <unk> <s> </s>; its size replaces data.vocab_size), [source, target] "
+              "with data.vocab=separate, or null")
     byte_fallback: bool = setting(False, "true: a character the vocabulary lacks becomes its "
                                          "UTF-8 bytes, not <unk> (256 of data.vocab_size)")
     character_coverage: Optional[float] = setting(None, "the share of the characters the "
@@ -140,8 +145,15 @@ def check_scoring_settings(cfg):
 
 
 def check_vocabulary_settings(cfg):
-    """ConfigError (one line) for a coverage outside (0, 1] or a user symbol that SentencePiece
-    cannot keep whole (empty, with spaces, repeated)."""
+    """ConfigError (one line) for models given that are not one (joint) or two (separate), a
+    coverage outside (0, 1] or a user symbol that SentencePiece cannot keep whole (empty, with
+    spaces, repeated)."""
+    models = 1 if isinstance(cfg.spm_model, str) else len(cfg.spm_model or [])
+    if models and models != (2 if cfg.vocab == "separate" else 1):
+        raise ConfigError(f"data.spm_model={cfg.spm_model}: give one model file with data.vocab="
+                          f"joint, [source model, target model] with data.vocab=separate")
+    if cfg.vocab == "separate" and cfg.name == "toy":
+        raise ConfigError("data.vocab=separate is for a SentencePiece corpus (not toy)")
     coverage = cfg.character_coverage
     if coverage is not None and not 0 < coverage <= 1:
         raise ConfigError(f"data.character_coverage={coverage}: give a share in (0, 1], e.g. "

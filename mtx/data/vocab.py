@@ -22,7 +22,8 @@ NORMALISATION_PROBE = "ＡＢＣ ﬁ Ａ  b\u00a0c Ä A\u0308 ½"  # full-width,
 
 
 class SentencePieceTokenizer:
-    """Text <-> subword ids with a joint SentencePiece model (ids: pad 0, unk 1, bos 2, eos 3).
+    """Text <-> subword ids with one SentencePiece model, joint or a side's (`mtx.data.
+    vocabularies`) (ids: pad 0, unk 1, bos 2, eos 3).
     `encode_source` is `encode` of source text, lowercased first when the run was trained so
     (``lowercase_source``, `mtx.config.DataConfig`), refusing a source that starts with a tag
     (<name>) other than the run's ``tags`` when it has any. ``source`` and ``target``: the
@@ -113,15 +114,15 @@ DEFAULT_OPTIONS = {"byte_fallback": False, "character_coverage": 1.0, "user_defi
 MANY_CHARACTERS = ("zh", "ja", "ko", "yue")
 
 
-def vocabulary_options(cfg):
+def vocabulary_options(cfg, langs=None, with_tags=True):
     """SentencePiece's options from a `DataConfig`: byte fallback, the character coverage
-    (null: 0.9995 where a side's language has many characters, else 1) and user symbols (the
-    corpora's tags among them)."""
+    (null: 0.9995 where a language of ``langs``, default both sides', has many characters, else
+    1) and user symbols (the corpora's tags among them ``with_tags``)."""
     coverage = cfg.character_coverage
     if coverage is None:
-        langs = {base_language(lang) for lang in (cfg.src_lang, cfg.tgt_lang)}
+        langs = {base_language(lang) for lang in (langs or (cfg.src_lang, cfg.tgt_lang))}
         coverage = 0.9995 if langs & set(MANY_CHARACTERS) else 1.0
-    tags = [tag for tag in cfg.train_tags if tag and tag not in cfg.user_symbols]
+    tags = [tag for tag in cfg.train_tags if with_tags and tag and tag not in cfg.user_symbols]
     return {"byte_fallback": cfg.byte_fallback, "character_coverage": coverage,
             "user_defined_symbols": list(cfg.user_symbols) + tags}
 
