@@ -108,6 +108,7 @@ def test_a_tag_missing_from_a_given_vocabulary_is_one_line(two_corpora):
         mixed(two_corpora, train_tags=[None, "<bt>"], spm_model=plain.tokenizer.model_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override, message", [
     ("data.train_weights=[1,0]", "error: data.train_weights=[1, 0]: give one sampling weight"),
     ("data.train_tags=[null,'<b t>']", "error: data.train_tags: '<b t>' is not a tag"),

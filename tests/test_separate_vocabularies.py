@@ -142,3 +142,32 @@ def test_a_tag_the_run_never_saw_ends_translation_in_one_line(separate_run):
     done = run_script("translate", f"ckpt={work / 'run'}", stdin=b"<2fr> A dog runs.\n", cwd=work)
     line = assert_one_line(done.stderr, done.returncode, 2)
     assert "the tag <2fr>, which the model never saw in training (its tags: <bt>)" in line
+
+
+def test_a_checkpoint_and_run_written_before_src_vocab_size_still_load(tiny_cfg, tmp_path):
+    """Runs written before model.src_vocab_size existed (their manifests and run.json lack it)
+    are joint-vocabulary runs: they load and resume as the setting's default."""
+    import dataclasses
+
+    import mxnet as mx
+    from mtx.model.transformer import Transformer
+    from mtx.runs.resume import check_identity
+    from mtx.runs.rundir import RunDir, run_identity
+    from mtx.config import DataConfig
+    run = RunDir(tmp_path)
+    run.write_json("model.json", dataclasses.asdict(tiny_cfg))
+    model = Transformer(tiny_cfg)
+    model.initialize()
+    run.checkpoints.save("epoch_001", model)
+    identity = run_identity(tiny_cfg, DataConfig(), "abc")
+    for path, keys in ((run.checkpoints.folder / "epoch_001.json", ("config",)),
+                       (tmp_path / "run.json", ("model",))):
+        written = json.loads(path.read_text()) if path.is_file() else json.loads(
+            json.dumps(identity))
+        del written[keys[0]]["src_vocab_size"]
+        path.write_text(json.dumps(written))
+    run.checkpoints.load(run.checkpoints.verify("epoch_001"), Transformer(tiny_cfg), mx.cpu())
+    check_identity(run, identity)  # no error: the same run
+    with pytest.raises(Exception, match="other model.src_vocab_size"):
+        check_identity(run, run_identity(dataclasses.replace(tiny_cfg, src_vocab_size=20),
+                                         DataConfig(), "abc"))

@@ -2,7 +2,6 @@
 directory is written: what its weights mean (`check_identity`) and the settings that decide its
 steps (`check_same_steps`), and how an optimizer state saved under an old module path loads
 (`old_module_paths`)."""
-import dataclasses
 import importlib
 import sys
 from contextlib import contextmanager
@@ -10,7 +9,7 @@ from contextlib import contextmanager
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..files import read_json
-from ..typecheck import key_of, renamed
+from ..typecheck import declared, renamed
 
 # What a resumed run may change: how long it trains, how often it saves, where it runs (its
 # precision is the one it started with anyway). Any other train.* key, the seed and data.* (but
@@ -19,12 +18,6 @@ RESUME_MAY_CHANGE = {"train": {"resume", "max_epochs", "max_minutes", "patience"
                                "save_every_minutes", "keep_last", "devices", "kvstore",
                                "hybridize", "precision"},
                      "data": {"raw_dir"}}
-
-
-def model_defaults():
-    """{key: default} of the `ModelConfig` settings that have one."""
-    return {key_of(f): f.default for f in dataclasses.fields(ModelConfig)
-            if f.default is not dataclasses.MISSING}
 
 
 # run.json's keys added since runs were first written: a run without one is not compared on it
@@ -41,7 +34,7 @@ def check_identity(run, identity):
     saved = read_json(path, CheckpointError, "run description")
     if isinstance(saved, dict) and isinstance(saved.get("model"), dict):  # a setting renamed
         # since: its new name; one added since: its default
-        saved["model"] = {**model_defaults(), **renamed(ModelConfig, saved["model"])}
+        saved["model"] = {**declared(ModelConfig), **renamed(ModelConfig, saved["model"])}
     differ = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k)
                     and (k in saved or k not in ADDED_KEYS))
     if differ:
