@@ -48,9 +48,7 @@ class Transformer(HybridBlock):
     calls (decoding steps, `attention_weights`) gate only when gates are given.
 
     With ``cfg.tie_embeddings`` source, target and output share one (V, D) matrix (one joint
-    vocabulary); with separate vocabularies (``cfg.src_vocab_size`` > 0) the source has its own
-    (V_src, D) matrix and the target and output share one (as fairseq's
-    --share-decoder-input-output-embed: its --share-all-embeddings needs a joint vocabulary).
+    vocabulary); with separate ones (``cfg.src_vocab_size`` > 0) the target and output only.
     `encode`, `init_state` and `step` are the inference path (`mtx.decoding.search`)."""
 
     logits_in_compute_dtype = False  # `mtx.training.build.build_pieces` sets it
