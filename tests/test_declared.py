@@ -22,12 +22,16 @@ WITH = {"data.train": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "da
         "data.test": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.train=t",
                       "data.valid=v"],
         "data.subword_dropout_from": ["data.subword_dropout=0.1"],
+        "data.train_weights": ["data=files", "data.src_lang=en", "data.tgt_lang=xx",
+                               "data.train=t", "data.valid=v"],
+        "data.train_tags": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.train=t",
+                            "data.valid=v"],
         "data.name": ["data.src_lang=en", "data.tgt_lang=xx", "data.train=t", "data.valid=v"],
         "target_heads": ["method=l0"], "method": ["prune_fraction=0.5"]}
 EXAMPLE = {"model.heads_per_layer": [2] * 9, "access.token": secrets.token_urlsafe(),
            "train.devices": ["cpu:0"], "access.allowed_hosts": ["example.org"],
            "access.trusted_proxies": ["10.0.0.0/8"], "data.name": "files", "target_heads": 9,
-           "data.bleu_tokenize": "char"}
+           "data.bleu_tokenize": "char", "data.train_weights": [2.0], "data.train_tags": ["<bt>"]}
 
 
 def _another_value(f, default):

@@ -8,7 +8,7 @@ import numpy as onp
 import pytest
 
 from mtx.config import DataConfig
-from mtx.data import prepare
+from mtx.data import prepare, vocabularies
 from mtx.data.batching import batch_plan, bucket_batches, prefetched
 from mtx.data.corpus import load_corpus
 from mtx.data.pairs import PairIds, Side
@@ -114,7 +114,7 @@ def test_pairs_that_cannot_be_trained_on_are_dropped_and_counted(corpus_dir, cap
 def test_the_vocabulary_and_the_encoded_split_are_made_once_and_reused(corpus_dir, monkeypatch):
     cfg = files_config(corpus_dir)
     first = load_corpus(cfg, corpus_dir / "data", seed=0)
-    monkeypatch.setattr(prepare, "train_sentencepiece", _never)
+    monkeypatch.setattr(vocabularies, "train_sentencepiece", _never)
     monkeypatch.setattr(prepare, "encode_training", _never)
     again = load_corpus(cfg, corpus_dir / "data", seed=0)  # nothing read but the held splits
     assert again.tokenizer.model_path == first.tokenizer.model_path
@@ -134,7 +134,7 @@ def test_a_large_corpus_teaches_the_vocabulary_from_a_seeded_sample(corpus_dir, 
     cfg = files_config(corpus_dir, vocab_sample=1000)
     write_pairs(corpus_dir / "train", "en", "de", sentences(1500, 1, "en"),
                 sentences(1500, 1, "de"))
-    with caplog.at_level(logging.INFO, logger="mtx.data.prepare"):
+    with caplog.at_level(logging.INFO, logger="mtx.data"):
         first = load_corpus(cfg, corpus_dir / "data", seed=0)
     assert "a sample of 500 of 1500 training pairs" in caplog.text
     other = load_corpus(cfg, corpus_dir / "other", seed=0)

@@ -1,5 +1,6 @@
 """The corpus's settings: `DataConfig` (Hydra group ``data``)."""
 import os
+import re
 from dataclasses import dataclass
 from typing import ClassVar, Dict, List, Optional, Union
 
@@ -9,6 +10,7 @@ from ..typecheck import check_settings, setting
 
 TOY_TASKS = ("copy", "reverse")  # the toy task: the target is the source copied or reversed
 CORPORA = ("multi30k", "files", "toy")
+VOCABS = ("joint", "separate")  # one SentencePiece model for both sides, or one a side
 
 
 @dataclass(frozen=True)
@@ -29,11 +31,15 @@ class DataConfig:
                                                  "data.tgt_lang (`mtx.decoding.bleu`)")
     raw_dir: Optional[str] = setting(None, "a local copy of Multi30k's task1/raw, or null: "
                                            "MTX_MULTI30K_DIR, else a download")
-    vocab_size: int = setting(8000, "the joint SentencePiece vocabulary's size, at least 16",
-                              low=16)
-    spm_model: Optional[str] = setting(None, "an existing SentencePiece model file to use "
-                                             "instead of learning one (ids 0-3: <pad> <unk> <s> "
-                                             "</s>; its size replaces data.vocab_size), or null")
+    vocab: str = setting("joint", "joint (one SentencePiece model for both sides) or separate "
+                                  "(one a side; model.tie_embeddings then ties the target's "
+                                  "embedding and the output only)", choices=VOCABS)
+    vocab_size: int = setting(8000, "the SentencePiece vocabulary's size (each side's when "
+                                    "separate), at least 16", low=16)
+    spm_model: Union[str, List[str], None] = setting(
+        None, "an existing SentencePiece model file to use instead of learning one (ids 0-3: "
+              "<pad> <unk> <s> </s>; its size replaces data.vocab_size), [source, target] "
+              "with data.vocab=separate, or null")
     byte_fallback: bool = setting(False, "true: a character the vocabulary lacks becomes its "
                                          "UTF-8 bytes, not <unk> (256 of data.vocab_size)")
     character_coverage: Optional[float] = setting(None, "the share of the characters the "
@@ -65,6 +71,13 @@ class DataConfig:
                                          "early stopping)")
     test: Union[str, List[str], None] = setting(None, "data=files: prefixes of test sets, each "
                                                       "scored under its last path component")
+    train_weights: List[float] = setting([], "one sampling weight > 0 a data.train prefix of "
+                                             "data=files, its share of every epoch (OpenNMT-py's "
+                                             "corpus weights), or [] (each pair once an epoch)",
+                                         above=0)
+    train_tags: List[Optional[str]] = setting([], "one tag <name> (or null) a data.train prefix "
+                                                  "of data=files, put before each of its sources "
+                                                  "as one token, e.g. [null,<bt>]")
     tsv_columns: List[int] = setting([0, 1], "data=files, a prefix given as <prefix>.tsv: the "
                                              "source and target columns, from 0 (the others "
                                              "are ignored)", low=0)
@@ -91,6 +104,7 @@ class DataConfig:
                 object.__setattr__(self, key, _absolute(value))
         check_settings(self, "data.")
         check_vocabulary_settings(self)
+        check_corpus_mix(self)
         check_scoring_settings(self)
         if self.name == "files":
             check_files_settings(self)
@@ -131,8 +145,15 @@ def check_scoring_settings(cfg):
 
 
 def check_vocabulary_settings(cfg):
-    """ConfigError (one line) for a coverage outside (0, 1] or a user symbol that SentencePiece
-    cannot keep whole (empty, with spaces, repeated)."""
+    """ConfigError (one line) for models given that are not one (joint) or two (separate), a
+    coverage outside (0, 1] or a user symbol that SentencePiece cannot keep whole (empty, with
+    spaces, repeated)."""
+    models = 1 if isinstance(cfg.spm_model, str) else len(cfg.spm_model or [])
+    if models and models != (2 if cfg.vocab == "separate" else 1):
+        raise ConfigError(f"data.spm_model={cfg.spm_model}: give one model file with data.vocab="
+                          f"joint, [source model, target model] with data.vocab=separate")
+    if cfg.vocab == "separate" and cfg.name == "toy":
+        raise ConfigError("data.vocab=separate is for a SentencePiece corpus (not toy)")
     coverage = cfg.character_coverage
     if coverage is not None and not 0 < coverage <= 1:
         raise ConfigError(f"data.character_coverage={coverage}: give a share in (0, 1], e.g. "
@@ -143,6 +164,25 @@ def check_vocabulary_settings(cfg):
                               f"without spaces, e.g. ['<bt>']")
     if len(set(cfg.user_symbols)) != len(cfg.user_symbols):
         raise ConfigError(f"data.user_symbols={list(cfg.user_symbols)} names a symbol twice")
+
+
+TAG = re.compile(r"<[^<>\s]+>")  # a corpus tag: <name>, no spaces (mtx.data.mix)
+
+
+def check_corpus_mix(cfg):
+    """ConfigError (one line) for weights or tags that are not one a data.train prefix of
+    data=files, or a tag not written <name> without spaces."""
+    for key in ("train_weights", "train_tags"):
+        given = getattr(cfg, key)
+        if given and (cfg.name != "files" or len(given) != len(cfg.train or [])
+                      or cfg.distilled_target):
+            raise ConfigError(f"data.{key}={list(given)}: give one a data.train prefix of "
+                              f"data=files ({len(cfg.train or [])} given; not with "
+                              f"data.distilled_target)")
+    for tag in cfg.train_tags:
+        if tag is not None and not TAG.fullmatch(tag):
+            raise ConfigError(f"data.train_tags: {tag!r} is not a tag; write it <name> without "
+                              f"spaces, e.g. <bt>, or null for none")
 
 
 def _absolute(prefixes):

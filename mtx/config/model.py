@@ -27,11 +27,14 @@ class ModelConfig:
     attention_dropout: float = setting(0.1, "the dropout on attention weights, in [0, 1)",
                                        low=0, below=1)
     tie_embeddings: bool = setting(True, "true: one matrix for the source, target and output "
-                                         "embeddings (a shared vocabulary)")
+                                         "embeddings with a joint vocabulary; for the target and "
+                                         "output only with separate ones (data.vocab)")
     pre_norm: bool = setting(False, "true: LayerNorm before each sublayer instead of after")
     max_len: int = setting(1024, "the positions the positional table covers, at least 2 (a "
                                  "subword and the end of the sentence)", low=2)
     vocab_size: int = setting(0, "0 (taken from the data)", low=0)
+    src_vocab_size: int = setting(0, "0: the source shares the target's (joint) vocabulary; "
+                                     "else the source's own (taken from the data)", low=0)
     heads_per_layer: Optional[List[int]] = setting(
         None, "null (H heads in every layer), or a pruned model's heads per attention layer",
         low=1)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as onp
 
 from .pairs import PairIds
+from .plan import EpochPlan
 from .vocab import BOS, EOS, PAD
 
 NUM_BUCKETS = 16            # gluonnlp FixedBucketSampler buckets of the longer side's length
@@ -74,28 +75,20 @@ def collate_pairs(pairs, ids):
     return Batch(src, src_len, tgt_in, tgt_out, tgt_len, onp.array(ids, "int64"))
 
 
-def batch_plan(lengths, batch_tokens, shuffle, seed, num_buckets=NUM_BUCKETS):
-    """Token-budget batches as lists of pair indices, from the pairs' ``lengths`` alone (each
-    pair's longer side with its EOS), by gluonnlp's FixedBucketSampler (exponential-width
-    buckets, about ``batch_tokens`` padded tokens each). Every pair appears exactly once; with
-    ``shuffle`` the order within buckets and of batches depends only on ``seed``."""
-    from gluonnlp.data import ExpWidthBucket, FixedBucketSampler
-    sampler = FixedBucketSampler(lengths, batch_size=batch_tokens,
-                                 num_buckets=min(num_buckets, max(1, len(set(lengths)))),
-                                 shuffle=shuffle, use_average_length=True,
-                                 bucket_scheme=ExpWidthBucket(bucket_len_step=BUCKET_WIDTH_RATIO))
-    state = onp.random.get_state()
-    onp.random.seed(seed % (2 ** 32))
-    try:
-        return list(sampler)
-    finally:
-        onp.random.set_state(state)
+def batch_plan(lengths, batch_tokens, shuffle, seed, num_buckets=NUM_BUCKETS, members=None):
+    """Token-budget batches of pair indices (`mtx.data.plan.EpochPlan`, a sequence of index
+    arrays), from the pairs' ``lengths`` alone (each pair's longer side with its EOS), as
+    gluonnlp's FixedBucketSampler makes them (exponential-width buckets, about
+    ``batch_tokens`` padded tokens each). Every pair appears exactly once (every row of
+    ``members``, the pairs an epoch drew, when given); with ``shuffle`` the order within
+    buckets and of batches depends only on ``seed``."""
+    return EpochPlan(lengths, batch_tokens, shuffle, seed, num_buckets, BUCKET_WIDTH_RATIO,
+                     members)
 
 
 def bucket_batches(src_ids, tgt_ids, batch_tokens, shuffle, seed, num_buckets=NUM_BUCKETS):
     """Every `batch_plan` batch of sentences (lists of ids) collated (for the small held splits
     and studies; training collates as it goes, `prefetched`)."""
-    from .pairs import PairIds
     pairs = PairIds.from_lists(src_ids, tgt_ids)
     return [collate_pairs(pairs, group) for group in batch_plan(pairs.bucket_lengths(), batch_tokens,
                                                          shuffle, seed, num_buckets)]

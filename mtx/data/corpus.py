@@ -1,36 +1,36 @@
 """A corpus ready for training: the training pairs (prepared once, mapped), the held splits'
-text and ids, and the tokenizer; the run's tokenizer file."""
-import hashlib
-import json
+text and ids, and the tokenizer (a run's tokenizer files: `mtx.data.vocabularies`)."""
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, List, Tuple
 
 from ..config import DataConfig
 from ..errors import ConfigError, DataError
-from ..files import atomic_copy, atomic_write_text, read_json, sha256_of
+from ..files import sha256_of
+from .batching import batch_plan
 from .lines import stream_pairs
+from .mix import CorpusMix, check_tag_pieces, corpus_mix, run_tags
 from .multi30k import TEST_SPLIT
 from .pairs import PairIds
-from .prepare import Filter, UnknownCount, is_blank, prepared_training, vocabulary_model
+from .prepare import Filter, UnknownCount, is_blank, prepared_training
 from .sources import VALID, corpus_files
 from .toy import make_toy, toy_symbols
-from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer
+from .vocab import WordTokenizer
+from .vocabularies import (  # noqa: F401 (where the rest of mtx finds them)
+    DATA_FILE,
+    SPM_FILE,
+    TOKENIZER_FILES,
+    TOY_SYMBOLS_FILE,
+    load_tokenizer,
+    run_tokenizer,
+    save_tokenizer,
+    tokenizer_file,
+    tokenizer_sha256,
+    vocabulary_sha256,
+)
 
 log = logging.getLogger(__name__)
 RESEGMENT_CHUNK = 100_000  # training pairs segmented anew with BPE-dropout at once
-
-SPM_FILE, TOY_SYMBOLS_FILE = "spm.model", "toy_symbols.json"
-TOKENIZER_FILES = (SPM_FILE, TOY_SYMBOLS_FILE)  # a run directory holds one of them
-DATA_FILE = "data.json"  # beside the tokenizer: the DataConfig it was trained with
-
-
-def tokenizer_file(run_dir):
-    """The path of the run's tokenizer (one of TOKENIZER_FILES), or None."""
-    return next((Path(run_dir) / name for name in TOKENIZER_FILES
-                 if (Path(run_dir) / name).is_file()), None)
-
 
 @dataclass
 class Corpus:
@@ -44,6 +44,7 @@ class Corpus:
     training: PairIds
     training_text: object
     test_names: List[str]
+    mix: CorpusMix = None  # the training corpora (None: one, each pair once an epoch)
 
     def train_pairs(self):
         """The training pairs as (source id lists, target id lists) (for the head study)."""
@@ -58,9 +59,9 @@ class Corpus:
         for chunk, start in enumerate(range(0, len(usual), RESEGMENT_CHUNK)):
             stop = min(len(usual), start + RESEGMENT_CHUNK)
             chunk_seed = seed if chunk == 0 else (seed * 1_000_003 + chunk * 7_919) % 2 ** 31
-            src = self.tokenizer.encode_sampled(self.training_text.lines(0, start, stop),
+            src = self.tokenizer.source.encode_sampled(self.training_text.lines(0, start, stop),
                                                 subword_dropout, chunk_seed)
-            tgt = self.tokenizer.encode_sampled(self.training_text.lines(1, start, stop),
+            tgt = self.tokenizer.target.encode_sampled(self.training_text.lines(1, start, stop),
                                                 subword_dropout, chunk_seed + 1)
             for row in range(stop - start):
                 if len(src[row]) >= max_pair_len or len(tgt[row]) >= max_pair_len:
@@ -95,6 +96,15 @@ class TrainingPairs:
         """Whether an epoch that starts with ``budget_fraction`` of the budget spent is cut anew."""
         return bool(self.subword_dropout) and budget_fraction >= self.dropout_from
 
+    def plan(self, pairs, batch_tokens, seed):
+        """The epoch of ``seed``'s `mtx.data.plan.EpochPlan` over ``pairs`` (`for_epoch`'s): the
+        corpora's shares drawn by their weights (`CorpusMix.members`), bucketed and shuffled."""
+        mix = self.corpus.mix
+        members = mix.members(seed) if mix is not None else None
+        lengths = pairs.bucket_lengths()
+        return batch_plan(lengths if members is None else lengths[members], batch_tokens,
+                          shuffle=True, seed=seed, members=members)
+
     def for_epoch(self, seed, resegmented=True):
         """Every pair (`PairIds`), in the same order every epoch: cut anew from ``seed`` when
         ``resegmented`` (and BPE-dropout is on), else the usual cut."""
@@ -112,20 +122,22 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
     files = corpus_files(cfg, data_dir)
     sums = {path: sha256_of(path) for pair in files.train + files.vocab for path in pair}
     if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
-        model = vocabulary_model(cfg, files.vocab, [sums[p] for pair in files.vocab for p in pair],
-                                 data_dir)
-        tokenizer = SentencePieceTokenizer(model, cfg.lowercase_source)
+        tokenizer = run_tokenizer(cfg, files.vocab, [sums[p] for pair in files.vocab for p in pair],
+                                  data_dir, run_tags(cfg.train_tags, cfg.user_symbols))
+    check_tag_pieces(tokenizer, cfg.train_tags)
     prepared = prepared_training(cfg, files.train, [sums[p] for pair in files.train for p in pair],
                                  tokenizer, tokenizer_sha256(tokenizer), data_dir)
+    mix = corpus_mix(cfg, files.train, prepared.meta["corpora"])
     text = {name: read_held(name, pair, cfg.lowercase_source)
             for name, pair in files.splits.items()}
-    ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
+    ids = {split: (tokenizer.source.encode(src), tokenizer.target.encode(tgt))
+           for split, (src, tgt) in text.items()}
     for split, (src_ids, tgt_ids) in ids.items():
         unknown = UnknownCount()
         unknown.add("src", src_ids, text[split][0])
         unknown.add("tgt", tgt_ids, text[split][1])
         log.info("%s: %s", split, unknown.described())
-    return Corpus(text, ids, tokenizer, prepared.pairs, prepared, files.test_names)
+    return Corpus(text, ids, tokenizer, prepared.pairs, prepared, files.test_names, mix)
 
 
 def toy_corpus(cfg, seed, tokenizer=None):
@@ -163,48 +175,3 @@ def read_held(name, pair, lowercase_source):
         raise DataError(f"{pair[0]} and {pair[1]} have no pair to {'validate' if name == VALID else 'test'} "
                         f"on; give non-empty parallel files")
     return src, tgt
-
-
-def tokenizer_sha256(tokenizer):
-    """SHA-256 of what defines the tokenizer: the SentencePiece model file or the symbol list."""
-    if isinstance(tokenizer, SentencePieceTokenizer):
-        return sha256_of(tokenizer.model_path)
-    return hashlib.sha256(json.dumps(tokenizer.symbols).encode()).hexdigest()
-
-
-def vocabulary_sha256(tokenizer):
-    """SHA-256 of what ``tokenizer`` does to text, for runs that must share a vocabulary (an
-    ensemble): `SentencePieceTokenizer.definition`, not the model file's bytes, so that one
-    vocabulary trained in two checkouts or on two machines is one; a word list's symbols."""
-    if not isinstance(tokenizer, SentencePieceTokenizer):
-        return tokenizer_sha256(tokenizer)
-    return hashlib.sha256(json.dumps(tokenizer.definition()).encode()).hexdigest()
-
-
-def save_tokenizer(tokenizer, run_dir):
-    """Keep the run's tokenizer next to its checkpoints (atomically)."""
-    run_dir = Path(run_dir)
-    if isinstance(tokenizer, SentencePieceTokenizer):
-        atomic_copy(tokenizer.model_path, run_dir / SPM_FILE)
-    else:
-        atomic_write_text(run_dir / TOY_SYMBOLS_FILE, json.dumps(tokenizer.symbols[4:]))
-
-
-def load_tokenizer(run_dir):
-    path = tokenizer_file(run_dir)
-    if path is None:
-        raise TokenizerError(f"{run_dir} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); "
-                             f"is it a training run directory?")
-    if path.name == SPM_FILE:
-        return SentencePieceTokenizer(path, source_lowercased(run_dir))
-    return WordTokenizer(read_json(path, TokenizerError, "toy vocabulary", kind=list))
-
-
-def source_lowercased(directory):
-    """Whether the tokenizer in ``directory`` (a run, or an export of one) was trained on
-    lowercased sources (``data.lowercase_source`` in the data.json beside it; none: no)."""
-    path = Path(directory) / DATA_FILE
-    if not path.is_file():
-        return False
-    return read_json(path, TokenizerError, "data config").get("lowercase_source", False) is True
-

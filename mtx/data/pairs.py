@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as onp
 
 ID_DTYPE, OFFSET_DTYPE = onp.int32, onp.int64
+LENGTHS_CHUNK = 1 << 20  # pairs whose lengths are computed at once
 
 
 class Side:
@@ -81,8 +82,14 @@ class PairIds:
         return len(self.src)
 
     def bucket_lengths(self):
-        """Each pair's longer side with its EOS, as Python ints (what batches are bucketed by)."""
-        return (onp.maximum(self.src.lengths(), self.tgt.lengths()) + 1).tolist()
+        """(N,) int32: each pair's longer side with its EOS (what batches are bucketed by), from
+        the (mapped) offsets a chunk at a time: memory holds the result, 4 bytes a pair."""
+        lengths = onp.empty(len(self), "int32")
+        for a in range(0, len(self), LENGTHS_CHUNK):
+            b = min(a + LENGTHS_CHUNK, len(self))
+            lengths[a:b] = onp.maximum(onp.diff(self.src.offsets[a:b + 1]),
+                                       onp.diff(self.tgt.offsets[a:b + 1])) + 1
+        return lengths
 
     def to_lists(self):
         return self.src.to_lists(), self.tgt.to_lists()

@@ -1,11 +1,8 @@
 """What is made once per corpus and reused by the next run, a resume and every worker: the
-vocabulary (SentencePiece, learnt from a seeded sample of the training lines) and the training
-split encoded into subword ids on disk (`mtx.data.pairs`, memory-mapped), with the pairs that
-cannot be trained on dropped and counted.
+training split encoded into subword ids on disk (`mtx.data.pairs`, memory-mapped), with the
+pairs that cannot be trained on dropped and counted (the vocabulary: `mtx.data.vocabularies`).
 
 In the data directory (`mtx.datadir`):
-    spm/spm<size>-<hash>.model      a vocabulary, named by its training text (`train_sentencepiece`)
-    spm/index/<key>                 which model the training files and vocabulary settings made
     prepared/<key>/                 the encoded training split, keyed by the files' bytes, the
                                     tokenizer and the filters: meta.json, src.*, tgt.* (ids),
                                     src_text.*, tgt_text.* (the kept pairs' UTF-8 text, for
@@ -15,7 +12,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import shutil
 import time
 from pathlib import Path
@@ -26,67 +22,28 @@ from ..errors import DataError
 from ..files import atomic_write_text, fsync_dir
 from .lines import stream_pairs
 from .pairs import PairIds, Side, SideWriter
-from .vocab import DEFAULT_OPTIONS, UNK, train_sentencepiece, vocabulary_options
+from .vocab import UNK
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1            # of prepared/<key>/: a new layout gets new keys
+FORMAT = 2            # of prepared/<key>/: a new layout gets new keys
 CHUNK_PAIRS = 20_000  # pairs read, encoded (both cores: SentencePiece's threads) and written at once
-VOCAB_SEED = 0        # the vocabulary sample's: the same files give the same vocabulary
 
 
-def read_training_pairs(file_pairs, lowercase_source):
-    """(source, target) of every line of the file pairs in order, the source lowercased when
-    asked; DataError (one line) for a missing, misaligned or non-UTF-8 file."""
-    for src_path, tgt_path in file_pairs:
+def read_training_pairs(file_pairs, lowercase_source, tags=None):
+    """(corpus, source, target) of every line of the file pairs in order (corpus: the pair's
+    index), the source lowercased when asked and, when not blank, after its corpus's tag
+    (``tags``: one or None a pair); DataError (one line) for a missing, misaligned or non-UTF-8
+    file."""
+    for corpus, (src_path, tgt_path) in enumerate(file_pairs):
+        tag = f"{tags[corpus]} " if tags and tags[corpus] else ""
         for _, src, tgt in stream_pairs(src_path, tgt_path):
-            yield (src.lower() if lowercase_source else src), tgt
+            src = src.lower() if lowercase_source else src
+            yield corpus, (tag + src if tag and src.strip() else src), tgt
 
 
 def is_blank(src, tgt):
     return not src.strip() or not tgt.strip()
-
-
-def vocabulary_model(cfg, file_pairs, digests, data_dir):
-    """The SentencePiece model of the training files ``file_pairs`` (`train_sentencepiece` on
-    at most ``cfg.vocab_sample`` lines, half from each side, a seeded reservoir sample; all of
-    them, in order, when there are no more): made once, then found by the files' ``digests``.
-    ``data.spm_model``: that model, learnt nowhere (DataError when it is not a file)."""
-    if cfg.spm_model:
-        if not Path(cfg.spm_model).is_file():
-            raise DataError(f"data.spm_model={cfg.spm_model} is not a file; give a SentencePiece "
-                            f".model file, or null to learn the vocabulary")
-        return Path(cfg.spm_model)
-    options = vocabulary_options(cfg)
-    key = _key(digests, cfg.vocab_size, cfg.vocab_sample, cfg.lowercase_source,
-               *([options] if options != DEFAULT_OPTIONS else []))
-    spm_dir = Path(data_dir) / "spm"
-    index = spm_dir / "index" / key
-    if index.is_file() and (spm_dir / index.read_text().strip()).is_file():
-        return spm_dir / index.read_text().strip()
-    size = cfg.vocab_sample // 2
-    samples, rng, seen = ([], []), random.Random(VOCAB_SEED), 0
-    for src, tgt in read_training_pairs(file_pairs, cfg.lowercase_source):
-        if is_blank(src, tgt):
-            continue
-        seen += 1
-        if seen <= size:
-            samples[0].append(src)
-            samples[1].append(tgt)
-        else:  # reservoir sampling: every pair so far is in the sample with one probability
-            slot = rng.randrange(seen)
-            if slot < size:
-                samples[0][slot], samples[1][slot] = src, tgt
-    if not seen:
-        raise DataError(f"the training files ({file_pairs[0][0]} ...) have no pair with text on "
-                        f"both sides; give non-empty parallel files")
-    if seen > size:
-        log.info("vocabulary: learnt from a sample of %d of %d training pairs (data.vocab_sample)",
-                 size, seen)
-    model = train_sentencepiece(samples[0] + samples[1], cfg.vocab_size, spm_dir, options)
-    index.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(index, model.name)
-    return model
 
 
 class Filter:
@@ -124,7 +81,7 @@ def prepared_training(cfg, file_pairs, digests, tokenizer, tokenizer_digest, dat
     """The training split as `PreparedTraining`: encoded once (`encode_training`), then mapped
     from ``<data_dir>/prepared/<key>``."""
     key = _key(digests, tokenizer_digest, cfg.max_pair_len, cfg.max_length_ratio,
-               cfg.lowercase_source, FORMAT)
+               cfg.lowercase_source, FORMAT, *([cfg.train_tags] if any(cfg.train_tags) else []))
     folder = Path(data_dir) / "prepared" / key
     if not (folder / "meta.json").is_file():
         encode_training(cfg, file_pairs, tokenizer, folder)
@@ -180,15 +137,19 @@ def encode_training(cfg, file_pairs, tokenizer, folder):
 def _encode_into(cfg, file_pairs, tokenizer, tmp):
     writers = [SideWriter(tmp / name) for name in ("src", "tgt", "src_text", "tgt_text")]
     keep, read, tic = Filter(cfg.max_pair_len, cfg.max_length_ratio), 0, time.time()
-    unknown = UnknownCount()
+    unknown, kept_by_corpus = UnknownCount(), [0] * len(file_pairs)
     with tqdm(desc="preparing the training split", unit=" pairs", unit_scale=True,
               mininterval=2, leave=False) as bar:
-        for pairs in _chunked(read_training_pairs(file_pairs, cfg.lowercase_source)):
-            src_ids = tokenizer.encode([src for src, _ in pairs])
-            tgt_ids = tokenizer.encode([tgt for _, tgt in pairs])
+        for chunk in _chunked(read_training_pairs(file_pairs, cfg.lowercase_source,
+                                                  cfg.train_tags)):
+            pairs = [(src, tgt) for _, src, tgt in chunk]
+            src_ids = tokenizer.source.encode([src for src, _ in pairs])
+            tgt_ids = tokenizer.target.encode([tgt for _, tgt in pairs])
             rows = [i for i, (src, tgt) in enumerate(pairs) if not is_blank(src, tgt)
                     and keep.keep(src_ids[i], tgt_ids[i])]
             keep.counts["empty"] += sum(is_blank(src, tgt) for src, tgt in pairs)
+            for i in rows:
+                kept_by_corpus[chunk[i][0]] += 1
             for writer, values, side in zip(writers, (src_ids, tgt_ids), (0, 1)):
                 writer.write([values[i] for i in rows])
                 unknown.add(("src", "tgt")[side], [values[i] for i in rows],
@@ -210,7 +171,8 @@ def _encode_into(cfg, file_pairs, tokenizer, tmp):
                         f"data.max_length_ratio")
     log.info("training split: %s", unknown.described())
     return {"pairs": kept, "read": read, "dropped": keep.counts, "seconds": round(seconds, 1),
-            "files": [[str(p) for p in pair] for pair in file_pairs], "unknown": unknown.counts}
+            "files": [[str(p) for p in pair] for pair in file_pairs], "unknown": unknown.counts,
+            "corpora": kept_by_corpus}
 
 
 class UnknownCount:

@@ -22,13 +22,17 @@ NORMALISATION_PROBE = "ＡＢＣ ﬁ Ａ  b\u00a0c Ä A\u0308 ½"  # full-width,
 
 
 class SentencePieceTokenizer:
-    """Text <-> subword ids with a joint SentencePiece model (ids: pad 0, unk 1, bos 2, eos 3).
+    """Text <-> subword ids with one SentencePiece model, joint or a side's (`mtx.data.
+    vocabularies`) (ids: pad 0, unk 1, bos 2, eos 3).
     `encode_source` is `encode` of source text, lowercased first when the run was trained so
-    (``lowercase_source``, `mtx.config.DataConfig`)."""
+    (``lowercase_source``, `mtx.config.DataConfig`), refusing a source that starts with a tag
+    (<name>) other than the run's ``tags`` when it has any. ``source`` and ``target``: the
+    tokenizer of each side (itself; a separate vocabulary's differ, `mtx.data.vocabularies`)."""
 
-    def __init__(self, model_path, lowercase_source=False):
+    def __init__(self, model_path, lowercase_source=False, tags=()):
         import sentencepiece as spm
         self.model_path, self.lowercase_source = str(model_path), lowercase_source
+        self.tags = tuple(tags)
         try:
             self._sp = spm.SentencePieceProcessor(model_file=self.model_path)
         except (OSError, RuntimeError) as err:
@@ -43,7 +47,19 @@ class SentencePieceTokenizer:
     def encode(self, lines):
         return self._sp.encode(list(lines))
 
+    @property
+    def source(self):
+        return self
+
+    @property
+    def target(self):
+        return self
+
+    def has_piece(self, piece):
+        return self._sp.piece_to_id(piece) != UNK
+
     def encode_source(self, lines):
+        check_tags(lines, self.tags)
         return self.encode([line.lower() for line in lines] if self.lowercase_source else lines)
 
     def encode_sampled(self, lines, dropout, seed):
@@ -72,6 +88,20 @@ class SentencePieceTokenizer:
                 "lowercase_source": self.lowercase_source}
 
 
+def check_tags(lines, tags):
+    """TokenizerError (one line) for a line that starts with a tag (<name>) not in ``tags``,
+    the tags a run was trained with (none: nothing is checked)."""
+    if not tags:
+        return
+    from ..config.data import TAG
+    for line in lines:
+        first = line.split(maxsplit=1)[:1]
+        if first and TAG.fullmatch(first[0]) and first[0] not in tags:
+            raise TokenizerError(f"a source starts with the tag {first[0]}, which the model never "
+                                 f"saw in training (its tags: {', '.join(tags)}); use one of "
+                                 f"them or none")
+
+
 def base_language(lang):
     """The language of a code as SentencePiece's advice, sacreBLEU and Moses know it:
     ``zh-Hans`` -> ``zh``, ``pt_BR`` -> ``pt``, lowercased; '' for None."""
@@ -84,15 +114,17 @@ DEFAULT_OPTIONS = {"byte_fallback": False, "character_coverage": 1.0, "user_defi
 MANY_CHARACTERS = ("zh", "ja", "ko", "yue")
 
 
-def vocabulary_options(cfg):
+def vocabulary_options(cfg, langs=None, with_tags=True):
     """SentencePiece's options from a `DataConfig`: byte fallback, the character coverage
-    (null: 0.9995 where a side's language has many characters, else 1) and user symbols."""
+    (null: 0.9995 where a language of ``langs``, default both sides', has many characters, else
+    1) and user symbols (the corpora's tags among them ``with_tags``)."""
     coverage = cfg.character_coverage
     if coverage is None:
-        langs = {base_language(lang) for lang in (cfg.src_lang, cfg.tgt_lang)}
+        langs = {base_language(lang) for lang in (langs or (cfg.src_lang, cfg.tgt_lang))}
         coverage = 0.9995 if langs & set(MANY_CHARACTERS) else 1.0
+    tags = [tag for tag in cfg.train_tags if with_tags and tag and tag not in cfg.user_symbols]
     return {"byte_fallback": cfg.byte_fallback, "character_coverage": coverage,
-            "user_defined_symbols": list(cfg.user_symbols)}
+            "user_defined_symbols": list(cfg.user_symbols) + tags}
 
 
 def train_sentencepiece(texts, vocab_size, cache_dir, options=None):
@@ -149,6 +181,11 @@ class WordTokenizer:
 
     def encode_source(self, lines):
         return self.encode(lines)
+
+    source = target = property(lambda self: self)
+
+    def has_piece(self, piece):
+        return piece in self._ids
 
     def decode(self, ids_list):
         return [" ".join(self.symbols[i] for i in ids if i > EOS) for ids in ids_list]

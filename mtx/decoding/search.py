@@ -132,7 +132,7 @@ def attention_of(model, src_ids, out_ids, ctx, head_gates=None):
 def attention_axes(tokenizer, src_ids, out_ids):
     """The labels of `attention_of`'s key and query axes: (source pieces + '</s>', '<s>' +
     output pieces)."""
-    return (tokenizer.pieces(src_ids) + [SPECIALS[EOS]],
+    return (tokenizer.source.pieces(src_ids) + [SPECIALS[EOS]],
             [SPECIALS[BOS]] + tokenizer.pieces(out_ids))
 
 

@@ -93,8 +93,10 @@ class CTranslate2Translator(LineTranslator):
         self.max_len = info["model"]["max_len"]
         self.max_src_len = self.max_len - 1
         self.tokenizer = load_tokenizer(model_dir)
-        self.pieces = self.tokenizer.pieces(range(len(self.tokenizer)))
-        self.ids = {piece: i for i, piece in enumerate(self.pieces)}
+        source = self.tokenizer.source  # the target's own pieces with separate vocabularies
+        self.pieces = source.pieces(range(len(source)))
+        self.ids = {piece: i for i, piece in
+                    enumerate(self.tokenizer.pieces(range(len(self.tokenizer))))}
         kind, index = ct2_device(device)
         self.compute_type = (compute_type(info.get("quantization"), kind) if compute == "auto"
                              else compute)

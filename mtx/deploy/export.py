@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ..data.corpus import DATA_FILE, TOKENIZER_FILES, tokenizer_file
+from ..data.vocabularies import tokenizer_files
 from ..errors import CheckpointError, ConfigError, FileWriteError
 from ..runs import faults
 from ..files import (atomic_write_json, exchange, fsync_dir, held_by_another_process, sha256_of,
@@ -96,8 +97,10 @@ def export(model, tokenizer_file, output, quantization="float32", source=None):
     if tokenizer_file.name not in TOKENIZER_FILES:
         raise CheckpointError(f"{tokenizer_file}: not an mtx tokenizer file "
                               f"({' or '.join(TOKENIZER_FILES)})")
-    spec, padded = transformer_spec(model, vocabulary_of(load_tokenizer(tokenizer_file.parent),
-                                                         model.cfg.vocab_size))
+    tokenizer = load_tokenizer(tokenizer_file.parent)
+    spec, padded = transformer_spec(
+        model, vocabulary_of(tokenizer.target, model.cfg.vocab_size),
+        vocabulary_of(tokenizer.source, model.cfg.src_vocab_size or model.cfg.vocab_size))
 
     class _Spec(ctranslate2.converters.Converter):
         def _load(self):
@@ -107,7 +110,8 @@ def export(model, tokenizer_file, output, quantization="float32", source=None):
     staging = temp_path(output)
     try:
         _Spec().convert(str(staging), quantization=quantization)
-        shutil.copyfile(tokenizer_file, staging / tokenizer_file.name)
+        for path in tokenizer_files(tokenizer_file):  # both sides' of separate vocabularies
+            shutil.copyfile(path, staging / path.name)
         if (tokenizer_file.parent / DATA_FILE).is_file():  # the source's case rule goes along
             shutil.copyfile(tokenizer_file.parent / DATA_FILE, staging / DATA_FILE)
         record = {"format": "ctranslate2", "quantization": quantization,

@@ -17,7 +17,8 @@ What maps to what (mtx -> CTranslate2; every one of these changes the numbers):
     ffn.dense1 (relu), dense2             ffn.linear_0, ffn.linear_1
     output (weight, bias; tied or not)    decoder.projection (a tied matrix is one array)
     vocabulary, pad/unk/bos/eos 0..3      the tokenizer's pieces in id order for source and
-                                          target; the source gets EOS appended
+                                          target (each side's own when separate, data.vocab);
+                                          the source gets EOS appended
                                           (``add_source_eos``), decoding starts from <s>
 
 Pruned runs (`ModelConfig.heads_per_layer`): CTranslate2 has one head count per model, so a
@@ -86,9 +87,9 @@ def _embedding(stack_spec, embed_spec, token_embedding):
     stack_spec.position_encodings.encodings = _array(token_embedding.positions)
 
 
-def transformer_spec(model, vocabulary):
-    """An mtx `Transformer` and its vocabulary (pieces in id order) -> (TransformerSpec, number
-    of zero heads added)."""
+def transformer_spec(model, vocabulary, source_vocabulary=None):
+    """An mtx `Transformer` and its vocabulary (pieces in id order; the source's when separate)
+    -> (TransformerSpec, number of zero heads added)."""
     specs = require().specs
     cfg = model.cfg
     H, padded = cfg.num_heads, 0
@@ -115,7 +116,7 @@ def transformer_spec(model, vocabulary):
     spec = specs.TransformerSpec(encoder, decoder)
     spec.config.add_source_eos = True
     spec.config.layer_norm_epsilon = LAYER_NORM_EPSILON
-    spec.register_source_vocabulary(vocabulary)
+    spec.register_source_vocabulary(source_vocabulary or vocabulary)
     spec.register_target_vocabulary(vocabulary)
     return spec, padded
 

@@ -9,6 +9,7 @@ from . import importance as heads
 from ..decoding.bleu import sacre_bleu
 from ..config import ConfigError
 from ..data.corpus import DATA_FILE, TOKENIZER_FILES
+from ..data.vocabularies import SPM_SIDES
 from ..files import atomic_copy
 from ..runs.rundir import RunDir
 from ..decoding.search import Translator
@@ -87,7 +88,7 @@ def save_pruned_run(pruned, run_dir, out_dir, meta):
     """A run directory for the pruned model that scripts/translate.py loads like any other."""
     source, pruned_run = RunDir(run_dir), RunDir(out_dir)
     pruned_run.checkpoints.folder.mkdir(parents=True, exist_ok=True)
-    for name in (*TOKENIZER_FILES, DATA_FILE):
+    for name in (*TOKENIZER_FILES, SPM_SIDES[1], DATA_FILE):
         if (source.path / name).is_file():
             atomic_copy(source.path / name, pruned_run.path / name)
     pruned_run.write_model_config(pruned.cfg)

@@ -48,7 +48,8 @@ class Transformer(HybridBlock):
     calls (decoding steps, `attention_weights`) gate only when gates are given.
 
     With ``cfg.tie_embeddings`` source, target and output share one (V, D) matrix (one joint
-    vocabulary). `encode`, `init_state` and `step` are the inference path (`mtx.decoding.search`)."""
+    vocabulary); with separate ones (``cfg.src_vocab_size`` > 0) the target and output only.
+    `encode`, `init_state` and `step` are the inference path (`mtx.decoding.search`)."""
 
     logits_in_compute_dtype = False  # `mtx.training.build.build_pieces` sets it
 
@@ -59,12 +60,12 @@ class Transformer(HybridBlock):
         self.cfg = cfg
         V, D = cfg.vocab_size, cfg.num_hiddens
         with self.name_scope():
-            self.src_embed = TokenEmbedding(V, D, cfg.dropout, cfg.max_len)
-            self.tgt_embed_own = (None if cfg.tie_embeddings
+            self.src_embed = TokenEmbedding(cfg.src_vocab_size or V, D, cfg.dropout, cfg.max_len)
+            self.tgt_embed_own = (None if cfg.tie_embeddings and not cfg.src_vocab_size
                                   else TokenEmbedding(V, D, cfg.dropout, cfg.max_len))
             self.encoder = Encoder(cfg)
             self.decoder = Decoder(cfg)
-            tied_to = self.src_embed.embedding if cfg.tie_embeddings else None
+            tied_to = self.tgt_embed.embedding if cfg.tie_embeddings else None
             self.output = OutputProjection(V, D, tied_to=tied_to)
         if cfg.tie_embeddings:
             assert self.output.weight is self.tgt_embed.embedding.weight

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import faults
 from .resume import old_module_paths
-from ..typecheck import renamed, to_keys
+from ..typecheck import declared, renamed, to_keys
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..files import (
@@ -149,7 +149,8 @@ class CheckpointStore(CheckpointFolder):
             raise old_format_error(path, "a checkpoint manifest of format 1 (beside its .params)")
         try:
             files, sha = _files_of(manifest, path), dict(manifest["sha256"])
-            written_for = renamed(ModelConfig, manifest["config"])
+            # a setting renamed since: its new name; one added since: its default
+            written_for = {**declared(ModelConfig), **renamed(ModelConfig, manifest["config"])}
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError):

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..files import read_json
-from ..typecheck import renamed
+from ..typecheck import declared, renamed
 
 # What a resumed run may change: how long it trains, how often it saves, where it runs (its
 # precision is the one it started with anyway). Any other train.* key, the seed and data.* (but
@@ -18,6 +18,10 @@ RESUME_MAY_CHANGE = {"train": {"resume", "max_epochs", "max_minutes", "patience"
                                "save_every_minutes", "keep_last", "devices", "kvstore",
                                "hybridize", "precision"},
                      "data": {"raw_dir"}}
+
+
+# run.json's keys added since runs were first written: a run without one is not compared on it
+ADDED_KEYS = ("corpora",)
 
 
 def check_identity(run, identity):
@@ -29,8 +33,10 @@ def check_identity(run, identity):
                               f"this mtx-train started; use a new hydra.run.dir")
     saved = read_json(path, CheckpointError, "run description")
     if isinstance(saved, dict) and isinstance(saved.get("model"), dict):  # a setting renamed
-        saved["model"] = renamed(ModelConfig, saved["model"])            # since: its new name
-    differ = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
+        # since: its new name; one added since: its default
+        saved["model"] = {**declared(ModelConfig), **renamed(ModelConfig, saved["model"])}
+    differ = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k)
+                    and (k in saved or k not in ADDED_KEYS))
     if differ:
         keys = [f"model.{k}" for k in identity["model"]
                 if saved.get("model", {}).get(k) != identity["model"][k]]

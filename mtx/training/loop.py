@@ -18,7 +18,7 @@ import numpy as onp
 from tqdm import tqdm
 
 from ..runs import faults
-from ..data.batching import batch_plan, prefetched
+from ..data.batching import prefetched
 from ..hardware.devices import seed_everything
 from .schedule import learning_rate
 from .checkpointing import Checkpointing
@@ -64,7 +64,7 @@ class Fit:
             state.epoch_resegmented = self.train_pairs.resegmented_at(
                 budget_fraction(cfg, state, self.clock, parallel, 1))
         pairs = self.train_pairs.for_epoch(seed, state.epoch_resegmented)
-        plan = batch_plan(pairs.bucket_lengths(), cfg.batch_tokens, shuffle=True, seed=seed)
+        plan = self.train_pairs.plan(pairs, cfg.batch_tokens, seed)
         records = self.run_dir.records if parallel.is_chief else None
         with EpochLog(state, cfg, self.clock, records, len(plan), self.cfg.seed) as epoch_log, \
                 contextlib.closing(prefetched(pairs, plan[state.batch_in_epoch:])) as batches:

@@ -12,6 +12,7 @@ from ..data.corpus import (
     tokenizer_file,
     tokenizer_sha256,
 )
+from ..data.vocabularies import source_vocab_size
 from ..hardware.devices import resolve_device, seed_everything, use_numpy_interface
 from ..errors import CheckpointError, ConfigError
 from .parallel import DataParallel
@@ -60,11 +61,14 @@ def prepare(run, cfg, config_yaml, is_chief, parent=None):
     corpus = load_corpus(data_cfg, cfg.data_dir, cfg.seed, tokenizer)
     # none left: a ConfigError, before the run directory is written
     train_pairs = training_pairs(corpus, data_cfg)
-    model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer))
+    model_cfg = dataclasses.replace(model_cfg, vocab_size=len(corpus.tokenizer),
+                                    src_vocab_size=source_vocab_size(corpus.tokenizer))
     if parent is not None and not resuming:
         check_model(parent, model_cfg)
     identity = run_identity(model_cfg, data_cfg, tokenizer_sha256(corpus.tokenizer))
     started_from = parent.described() if parent else resuming and run.started_from()
+    if data_cfg.name == "files":  # each corpus's pairs, weight, tag and pairs an epoch
+        identity["corpora"] = corpus.mix.record()
     if started_from:  # a resume without init_from= continues where the run started
         identity["init_from"] = started_from
     if resuming:
