@@ -7,8 +7,9 @@ would be scored clause by clause (a Chinese sample: 0.0 with 13a, 83.76 with ``z
 target language, sacreBLEU's command line (``-l src-tgt``) scores zh with ``zh``, ja with
 ``ja-mecab`` and ko with ``ko-mecab`` (`sacrebleu.metrics.BLEU`'s own map, followed here); for the
 other scripts written without spaces (Thai, Lao, Khmer, Burmese, Tibetan), which it leaves to 13a,
-mtx takes its ``char`` tokenizer. ``ja-mecab`` and ``ko-mecab`` need extras (``pip install
-'sacrebleu[ja]'``, ``'sacrebleu[ko]'``); without them the score is by characters and says so
+mtx takes its ``char`` tokenizer. ``ja-mecab`` needs MeCab and its dictionary, which mtx installs
+(sacreBLEU's ``ja`` extra); ``ko-mecab`` needs ``pip install 'sacrebleu[ko]'`` (mecab-ko builds from
+its source, so mtx leaves it out). Without its extra a score is by characters and says so
 (``note``). ``data.bleu_tokenize`` overrides the choice; the tokenizer is in every signature.
 """
 import functools
