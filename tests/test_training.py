@@ -169,15 +169,17 @@ def test_bfloat16_products_hand_the_loss_bfloat16_logits(tmp_path, monkeypatch):
     from mtx.training import build
     from mtx.training.precision import bfloat16_unavailable
     bf16 = TrainConfig(precision="bfloat16")
-    assert build.loss_reads_bfloat16(bf16, None) == kernels.load()
-    assert not build.loss_reads_bfloat16(TrainConfig(precision="float32"), None)
-    assert not build.loss_reads_bfloat16(TrainConfig(precision="bfloat16", rdrop_alpha=5), None)
-    assert not build.loss_reads_bfloat16(bf16, teacher=object())
+    from mtx.training.regularisers import Teacher, terms_of
+    assert build.loss_reads_bfloat16(bf16, terms_of(bf16)) == kernels.load()
+    assert not build.loss_reads_bfloat16(TrainConfig(precision="float32"), [])
+    rdrop = TrainConfig(precision="bfloat16", rdrop_alpha=5)
+    assert not build.loss_reads_bfloat16(rdrop, terms_of(rdrop))
+    assert not build.loss_reads_bfloat16(bf16, terms_of(bf16, Teacher(object(), 0.5)))
     if bfloat16_unavailable() or not kernels.load():
         pytest.skip("this CPU runs no bfloat16 products (tests/test_model.py checks the refusal)")
     direct, fit = _short_fit(tmp_path / "a", seed=5, precision="bfloat16")
     assert fit.model.logits_in_compute_dtype
-    monkeypatch.setattr(build, "loss_reads_bfloat16", lambda train_cfg, teacher: False)
+    monkeypatch.setattr(build, "loss_reads_bfloat16", lambda train_cfg, terms: False)
     cast, fit = _short_fit(tmp_path / "b", seed=5, precision="bfloat16")
     assert not fit.model.logits_in_compute_dtype
     for name in direct:
