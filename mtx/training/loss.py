@@ -81,9 +81,9 @@ class SymmetricKL(HybridBlock):
 class LossWithTerms(HybridBlock):
     """The training loss with terms (`mtx.training.terms`): logits (P*B, T, V) of P passes of a
     batch stacked on axis 0, tgt_out (P*B, T), tgt_valid_len (P*B,), then what the terms need
-    (the teacher's logits) -> (loss, nll): the passes' mean smoothed loss times ``base_weight``
-    plus each of ``parts`` (the terms' blocks, each called with every input), and the passes'
-    mean nll; both summed over the valid positions. One cached graph for all: as separate
+    (the teacher's logits) -> (loss, nll): the smoothed loss times ``base_weight`` plus each of
+    ``parts`` (the terms' blocks, each called with every input), and the nll, both summed over
+    the valid positions and divided by P (the passes' mean). One cached graph for all: as separate
     blocks, each taking the logits, autograd would sum their (P*B, T, V) gradients outside
     them, in fresh memory every step (twice the terms' own time)."""
 
@@ -97,11 +97,13 @@ class LossWithTerms(HybridBlock):
 
     def hybrid_forward(self, F, logits, tgt_out, tgt_valid_len, *provided):
         loss, nll = self.smoothed(logits, tgt_out, tgt_valid_len)
-        if self.base_weight / self.passes != 1:
-            loss = loss * (self.base_weight / self.passes)
+        if self.base_weight != 1:
+            loss = loss * self.base_weight
         for part in self.parts:
             loss = loss + part(logits, tgt_out, tgt_valid_len, *provided)
-        return loss, (nll / self.passes if self.passes != 1 else nll)
+        if self.passes != 1:
+            loss, nll = loss / self.passes, nll / self.passes
+        return loss, nll
 
 
 def label_smoothed_loss(vocab_size, label_smoothing, ctx):

@@ -46,8 +46,8 @@ class RDrop(Term):
 
 @use_np
 class Consistency(HybridBlock):
-    """R-Drop's part: alpha / 4 times the `SymmetricKL` of the two passes (the first half of
-    the rows and the second)."""
+    """R-Drop's part: alpha / 2 times the `SymmetricKL` of the two passes (the first half of
+    the rows and the second), before the loss's mean over the passes."""
 
     def __init__(self, alpha, **kwargs):
         super().__init__(**kwargs)
@@ -57,7 +57,7 @@ class Consistency(HybridBlock):
 
     def hybrid_forward(self, F, logits, tgt_out, tgt_valid_len, *provided):
         first_pass_len = F.np.split(tgt_valid_len, 2, axis=0)[0]  # (B,)
-        return self.alpha / 4 * self.kl(logits, first_pass_len)
+        return self.alpha / 2 * self.kl(logits, first_pass_len)
 
 
 @dataclasses.dataclass(frozen=True)

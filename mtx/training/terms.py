@@ -40,7 +40,8 @@ class Term:
     def part(self):
         """A HybridBlock: (logits (P*B, T, V) of P passes, tgt_out (P*B, T), tgt_valid_len
         (P*B,), then what it needs: the teacher's logits (B, T, V)) -> its part of the loss,
-        a scalar summed over the valid positions; None: it adds nothing to the loss."""
+        a scalar summed over the valid positions of every pass (the loss is then divided by
+        P); None: it adds nothing to the loss."""
         return None
 
 
