@@ -104,6 +104,7 @@ def test_no_preset_repeats_what_it_extends(preset):
     raw = OmegaConf.to_container(OmegaConf.load(CONF / preset), resolve=False)
     base = _extended(group, CONF / preset)
     for key, value in raw.items():
+        key = getattr(GROUPS[group], "RENAMED", {}).get(key, key)  # an old key: still works
         if key != "defaults":
             assert key in base, f"{preset}: {key} is not a declared setting of {group}"
             assert value != base[key], f"{preset}: {key}: {value} repeats what it extends"
@@ -119,6 +120,7 @@ def test_no_experiment_repeats_what_its_presets_give(experiment):
     base = OmegaConf.to_container(compose("train", chosen), resolve=False)
     for section, values in raw.items():
         for key, value in (values.items() if isinstance(values, dict) else [(None, values)]):
+            key = getattr(GROUPS.get(section), "RENAMED", {}).get(key, key)
             was = base[section] if key is None else base[section][key]
             assert value != was, f"experiment={experiment}: {section}.{key}={value} is a repeat"
 

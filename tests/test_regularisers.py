@@ -20,6 +20,7 @@ from mtx.training.loss import (LabelSmoothedCrossEntropy, SymmetricKL, label_smo
                                valid_positions)
 from mtx.training.regularisers import RDrop, Teacher, WordDistillation, drop_words, terms_of
 from mtx.training.terms import TermLosses
+from tests.conftest import model_config
 
 
 def _batch(rows=16, seed=0):
@@ -187,14 +188,13 @@ def test_bpe_dropout_from_a_fraction_cuts_later_epochs_and_a_resume_keeps_an_epo
     """`data.subword_dropout_from`: an epoch is cut anew when it starts with that fraction of the
     budget spent or more; the choice is in the training state, so a run resumed inside an epoch
     keeps the epoch's cut (here: epoch 1 resumed after its first batch, cut anew)."""
-    from mtx.config import DataConfig, ModelConfig, RunConfig
+    from mtx.config import DataConfig, RunConfig
     from mtx.training.run import new_fit
     from tests.test_data import _small_corpus
     corpus = _small_corpus(tmp_path)
     corpus.text["val"] = corpus.training_text.sides
     corpus.ids["val"] = corpus.train_pairs()
-    model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
-                            num_decoder_layers=1, vocab_size=len(corpus.tokenizer))
+    model_cfg = model_config(vocab_size=len(corpus.tokenizer))
     fit = new_fit(corpus, RunConfig(
         model=model_cfg, data=DataConfig(subword_dropout=0.3, subword_dropout_from=0.5),
         train=TrainConfig(batch_tokens=256, max_epochs=4, eval_bleu=False, warmup_steps=2)),

@@ -18,6 +18,7 @@ from mtx.model.transformer import Transformer
 from mtx.training.schedule import inverse_sqrt_warmup, learning_rate
 from mtx.training import new_fit
 from mtx.training.steps import train_step
+from tests.conftest import model_config
 
 
 def test_the_loss_of_a_uniform_guess_is_log_v_per_real_token():
@@ -103,9 +104,7 @@ def test_checkpoint_round_trip_and_bad_checkpoints(tiny_cfg, tmp_path):
 def _short_fit(tmp_path, seed, **train_overrides):
     data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_pair_len=64)
     corpus = load_corpus(data_cfg, tmp_path / "cache", seed)
-    from mtx.config import ModelConfig
-    model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
-                            num_decoder_layers=1, dropout=0.1, vocab_size=len(corpus.tokenizer))
+    model_cfg = model_config(dropout=0.1, vocab_size=len(corpus.tokenizer))
     train_cfg = TrainConfig(batch_tokens=256, max_epochs=1, eval_bleu=False, warmup_steps=5,
                             **train_overrides)
     from mtx.hardware.devices import seed_everything
