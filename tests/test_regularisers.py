@@ -145,6 +145,43 @@ def test_each_term_gives_the_loss_and_gradients_of_its_formula(name):
     assert abs(ref_grad).max() > 0
 
 
+def _logits_and_grad(compute, logits):
+    x = logits.copy()
+    x.attach_grad()
+    with autograd.record():
+        loss, _ = compute(x)
+    loss.backward()
+    return float(loss), x.grad.asnumpy().astype("float64")
+
+
+@pytest.mark.parametrize("with_rdrop", [False, True])
+def test_the_z_loss_adds_its_formula_and_its_gradient_and_combines_with_rdrop(with_rdrop):
+    """train.z_loss=w adds w (log Z)^2 over the valid positions to the loss and 2 w log Z
+    softmax to its gradient (numpy, float64); beside R-Drop the loss is the passes' mean of
+    both terms with the base loss; the z-loss needs float32 logits."""
+    from mtx.training.build import loss_reads_bfloat16
+    from mtx.training.regularisers import ZLoss
+    settings = TrainConfig(precision="bfloat16", z_loss=0.01, rdrop_alpha=5.0 if with_rdrop else 0)
+    terms = terms_of(settings)
+    assert isinstance(terms[-1], ZLoss) and not loss_reads_bfloat16(settings, terms)
+    batch, passes = _batch(), 2 if with_rdrop else 1
+    tgt_out, tgt_len = (np.array(onp.concatenate([a] * passes)) for a in (batch.tgt_out,
+                                                                          batch.tgt_valid_len))
+    logits = onp.random.RandomState(5).normal(4, 3, tgt_out.shape + (30,)).astype("float32")
+    losses = TermLosses(label_smoothed_loss(30, 0.1, mx.cpu()), 30, 0.1, [mx.cpu()])
+    with_z, grad_z = _logits_and_grad(lambda x: losses.block(tuple(terms))(x, tgt_out, tgt_len),
+                                      np.array(logits))
+    without, grad = _logits_and_grad(lambda x: losses.block(tuple(terms[:-1]))(
+        x, tgt_out, tgt_len), np.array(logits))
+    z = logits.astype("float64")
+    log_z = onp.log(onp.exp(z).sum(-1))  # (P*B, T)
+    valid = onp.arange(z.shape[1])[None, :] < tgt_len.asnumpy()[:, None]
+    assert with_z - without == pytest.approx(0.01 * (log_z ** 2)[valid].sum() / passes, rel=1e-5)
+    softmax = onp.exp(z - log_z[..., None])
+    expected = 2 * 0.01 * (log_z * valid)[..., None] * softmax / passes
+    assert abs(grad_z - grad - expected).max() <= 1e-5 * abs(expected).max()
+
+
 def test_a_teacher_and_rdrop_together_are_one_line_and_distilling_needs_training(tiny_cfg):
     from mtx.heads.settings import FineTuning
     with pytest.raises(ConfigError, match="^distillation from a teacher .* and train.rdrop_alpha"

@@ -1,9 +1,10 @@
 """The terms of the training loss beside the base loss (`mtx.training.terms.Term`), and the
 regularisers of its inputs: word dropout on the inputs (`WordDropout`), R-Drop's consistency
-between two dropout passes (`RDrop`) and word-level distillation from a teacher model
-(`WordDistillation`). A new one is a `Term` subclass here (what it needs, what it refuses, its
-part of the loss), its setting in `mtx.config.TrainConfig` and a line in `terms_of`; the step
-(`mtx.training.steps`) needs nothing else."""
+between two dropout passes (`RDrop`), word-level distillation from a teacher model
+(`WordDistillation`) and the z-loss on the logits (`ZLoss`). A new one is a `Term` subclass
+here (what it needs, what it refuses, its part of the loss), its setting in
+`mtx.config.TrainConfig` and a line in `terms_of`; the step (`mtx.training.steps`) needs
+nothing else."""
 import dataclasses
 
 import numpy as onp
@@ -99,6 +100,34 @@ class TeacherCrossEntropy(HybridBlock):
         return self.weight * (soft * valid_positions(F, soft, tgt_valid_len)).sum()
 
 
+class ZLoss(Term):
+    """train.z_loss: this weight times (log Z)^2 at each valid position, Z the softmax's
+    normaliser sum_v exp(logit_v) (PaLM's z-loss, Chowdhery et al. 2022): keeps the output
+    layer's logits from drifting, where bfloat16 rounds them coarsely."""
+    needs = frozenset({FLOAT32_LOGITS})
+
+    def __init__(self, weight):
+        self.weight = weight
+        self.setting, self.off = f"train.z_loss={weight}", "train.z_loss=0"
+
+    def part(self):
+        return SquaredLogNormaliser(self.weight)
+
+
+@use_np
+class SquaredLogNormaliser(HybridBlock):
+    """The z-loss's part: ``weight`` times (log Z)^2 summed over the valid positions."""
+
+    def __init__(self, weight, **kwargs):
+        super().__init__(**kwargs)
+        self.weight = weight
+
+    def hybrid_forward(self, F, logits, tgt_out, tgt_valid_len, *provided):
+        top = logits.max(axis=-1, keepdims=True)  # (B, T, 1): exp() of no more than 0
+        log_z = F.np.log(F.np.exp(logits - top).sum(axis=-1)) + F.np.squeeze(top, axis=-1)
+        return self.weight * (log_z ** 2 * valid_positions(F, log_z, tgt_valid_len)).sum()
+
+
 def terms_of(train_cfg, teacher=None):
     """The terms ``train_cfg`` turns on (and the distillation from a `Teacher`), in the order
     they act; ConfigError when two of them cannot combine (`terms.check_combinations`)."""
@@ -109,6 +138,8 @@ def terms_of(train_cfg, teacher=None):
         found.append(RDrop(train_cfg.rdrop_alpha, train_cfg.rdrop_from))
     if teacher is not None:
         found.append(WordDistillation(teacher))
+    if train_cfg.z_loss:
+        found.append(ZLoss(train_cfg.z_loss))
     return check_combinations(found)
 
 
