@@ -55,8 +55,8 @@ def renamed_keys():
     table = {}
     for name, cls in {**GROUPS, **ROOTS}.items():
         prefix = f"{name}." if name in GROUPS else ""
-        table.update({prefix + old: prefix + new for old, new in cls.RENAMED.items()}
-                     if hasattr(cls, "RENAMED") else {})
+        table.update({prefix + old: prefix + new
+                      for old, new in getattr(cls, "RENAMED", {}).items()})
     return table
 
 
