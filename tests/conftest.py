@@ -1,4 +1,5 @@
-"""Shared test setup: numpy mode, fixed seeds, and a tiny model configuration."""
+"""Shared test setup: numpy mode, fixed seeds, and the model configurations tests build
+(`model_config`)."""
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import numpy as onp
 import pytest
 
 from mtx.config import ModelConfig  # mtx first: it prepares numpy for MXNet (mtx.compat)
+from mtx.typecheck import from_dict  # noqa: E402
 import mxnet as mx  # noqa: E402
 from mxnet import npx  # noqa: E402
 
@@ -21,12 +23,24 @@ def fixed_seeds():
     onp.random.seed(0)
 
 
+# The model tests train and compare: width 16, 2 heads, FFN 32, one layer a side.
+TEST_MODEL = {"num_hiddens": 16, "num_heads": 2, "ffn_num_hiddens": 32, "num_encoder_layers": 1,
+              "num_decoder_layers": 1}
+
+
+def model_config(base=TEST_MODEL, **keys):
+    """The one way tests build a ModelConfig: ``base`` ({key: value}; `TEST_MODEL`, or {} for
+    the declared defaults) with ``keys`` changed, under the keys users type (model.<key>) and
+    through `mtx.typecheck.from_dict` as a command's config, so a renamed setting's old key
+    (ModelConfig.RENAMED) still works here and no test names a field."""
+    return from_dict(ModelConfig, {**base, **keys}, "model")
+
+
 @pytest.fixture
 def tiny_cfg():
     """2 layers each side, D=16, H=2, V=30, no dropout: small enough for exact comparisons."""
-    return ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=2,
-                       num_decoder_layers=2, dropout=0.0, attention_dropout=0.0, max_len=32,
-                       vocab_size=30)
+    return model_config(num_encoder_layers=2, num_decoder_layers=2, dropout=0.0,
+                        attention_dropout=0.0, max_len=32, vocab_size=30)
 
 
 ROOT = Path(__file__).resolve().parents[1]

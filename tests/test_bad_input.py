@@ -11,12 +11,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from mtx.config import DecodeConfig, ModelConfig
+from mtx.config import DecodeConfig
 from mtx.errors import DataError
 from mtx.data.lines import GZIP_MAGIC, UTF16_BOMS, file_chunks, read_lines, stream_chunks
 from mtx.model.transformer import Transformer
 from mtx.decoding.search import Translator
 from mtx.data.vocab import SentencePieceTokenizer, train_sentencepiece
+from tests.conftest import model_config
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +25,7 @@ def translator(tmp_path_factory):
     texts = [f"ein {w} sitzt auf der Matte {i} und liest" for i, w in
              enumerate(["Hund", "Katze", "Vogel", "Mann", "Frau"] * 40)]
     tokenizer = SentencePieceTokenizer(train_sentencepiece(texts, 80, tmp_path_factory.mktemp("spm")))
-    cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=16, num_encoder_layers=1,
-                      num_decoder_layers=1, max_len=48, vocab_size=len(tokenizer))
+    cfg = model_config(ffn_num_hiddens=16, max_len=48, vocab_size=len(tokenizer))
     model = Transformer(cfg)
     model.initialize(mx.init.Xavier())
     model.hybridize(static_alloc=True)

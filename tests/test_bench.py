@@ -157,9 +157,9 @@ def test_training_settings_reach_the_measured_step(tmp_path, monkeypatch):
     """`mtx:rdrop_alpha=5` measures steps that run R-Drop."""
     from mtx.training.regularisers import RDrop
     paired = []
-    rdrop_loss = RDrop.loss
-    monkeypatch.setattr(RDrop, "loss", lambda self, pieces, *a: paired.append(self.loss_fn.alpha)
-                        or rdrop_loss(self, pieces, *a))
+    rdrop_active = RDrop.active  # asked once a step
+    monkeypatch.setattr(RDrop, "active", lambda self, spent: paired.append(self.alpha)
+                        or rdrop_active(self, spent))
     monkeypatch.setenv("MTX_DATA_DIR", str(tmp_path / "cache"))
     out = tmp_path / "train.json"
     main(["train", "--impl", "mtx:rdrop_alpha=5", "--model", "tiny", "--data", "toy",

@@ -121,7 +121,7 @@ def test_typed_values_are_checked(cls, key, value, expected):
     (DataConfig, {"vocab_size": 8}, "data.vocab_size=8: give the joint SentencePiece "
                                      "vocabulary's size, at least 16"),
     (ModelConfig, {"num_encoder_layers": 0}, "model.num_encoder_layers=0: give 1 or more layers"),
-    (ModelConfig, {"ffn_num_hiddens": 0}, "model.ffn_num_hiddens=0: give the inner width"),
+    (ModelConfig, {"max_len": 1}, "model.max_len=1: give the positions the positional table"),
     (ModelConfig, {"dropout": 1.0}, "model.dropout=1.0: give the dropout on embeddings and "
                                      "sublayer outputs, in [0, 1)"),
     (ModelConfig, {"heads_per_layer": [4, 4]}, "model.heads_per_layer has 2 entries; the model "

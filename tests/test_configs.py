@@ -8,9 +8,9 @@ from omegaconf import OmegaConf
 
 from mtx.commands.declared import compose
 from mtx.commands.entry import typed
-from mtx.config import ConfigError, DecodeConfig, ModelConfig
+from mtx.config import ConfigError, DecodeConfig
 from mtx.hardware.devices import parse_device
-from tests.conftest import ROOT, run_script
+from tests.conftest import model_config, ROOT, run_script
 
 CONF = ROOT / "conf"
 
@@ -71,7 +71,7 @@ def test_typed_rejects_unknown_keys_and_impossible_sizes():
     with pytest.raises(ConfigError, match=r"unknown key\(s\) model\.num_layers"):
         typed(cfg, "model")
     with pytest.raises(ConfigError, match="num_hiddens=256 is not divisible by model.num_heads=3"):
-        ModelConfig(num_hiddens=256, num_heads=3)
+        model_config({}, num_hiddens=256, num_heads=3)
 
 
 @pytest.mark.slow

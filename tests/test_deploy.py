@@ -11,9 +11,9 @@ import numpy as onp
 import pytest
 from mxnet import np, npx
 
-from conftest import run_command
+from conftest import model_config, run_command
 from mtx.bench.__main__ import main as bench_main
-from mtx.config import DataConfig, DecodeConfig, ModelConfig
+from mtx.config import DataConfig, DecodeConfig
 from mtx.deploy import EXPORT_INFO, require
 from mtx.deploy.backend import CTranslate2Translator
 from mtx.deploy.export import export, export_run
@@ -42,10 +42,9 @@ def random_model(cfg):
 
 
 def small_cfg(**changes):
-    values = dict(num_hiddens=16, num_heads=4, ffn_num_hiddens=32, num_encoder_layers=2,
-                  num_decoder_layers=2, dropout=0.0, attention_dropout=0.0, max_len=32,
-                  vocab_size=len(SYMBOLS) + 4)
-    return ModelConfig(**{**values, **changes})
+    return model_config(**{**dict(num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
+                                  dropout=0.0, attention_dropout=0.0, max_len=32,
+                                  vocab_size=len(SYMBOLS) + 4), **changes})
 
 
 def word_tokenizer_file(tmp_path):

@@ -7,14 +7,13 @@ import pytest
 from mxnet import np
 
 from mtx.heads import importance as heads
-from mtx.config import ModelConfig
 from mtx.data.corpus import load_corpus
 from mtx.heads.settings import StudySettings
 from mtx.heads.study import choose_pruning
 from mtx.runs.pictures import attention_pictures
 from mtx.runs.rundir import load_run
 from mtx.decoding.search import attention_of, beam_search
-from tests.conftest import run_script
+from tests.conftest import model_config, run_script
 
 
 def greedy_search(model, src, src_len, head_gates=None):
@@ -174,7 +173,7 @@ def test_attention_pictures_draw_the_weights_they_are_given(tmp_path, monkeypatc
     import matplotlib.pyplot as plt
     figures, close = [], plt.close
     monkeypatch.setattr(plt, "close", lambda fig: (figures.append(fig), close(fig)))
-    cfg = ModelConfig(num_hiddens=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=2)
+    cfg = model_config(num_hiddens=8, num_decoder_layers=2)
     layers = cfg.attention_layers()
     labels = {"source": ["a", "b", "</s>"], "target": ["<s>", "x", "y", "z"]}  # S = 3, T = 4
     rng = onp.random.RandomState(0)
@@ -291,8 +290,8 @@ def _plain_loss(model, corpus):
 def test_prune_fraction_becomes_heads_to_remove(method, fraction, removed):
     from mtx.errors import ConfigError
     settings = StudySettings(method=method, prune_fraction=fraction)
-    model_cfg = ModelConfig(num_hiddens=64, num_heads=4, ffn_num_hiddens=128,
-                            num_encoder_layers=2, num_decoder_layers=2, vocab_size=24)
+    model_cfg = model_config(num_hiddens=64, num_heads=4, ffn_num_hiddens=128,
+                             num_encoder_layers=2, num_decoder_layers=2, vocab_size=24)
     if removed is None:  # 24 heads in 6 layers: 0.8 keeps 5, 0.01 and l0's 0 keep all 24
         with pytest.raises(ConfigError, match="would keep"):
             settings.heads_to_remove(model_cfg)

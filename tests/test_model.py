@@ -7,8 +7,9 @@ import numpy as onp
 import pytest
 from mxnet import np, npx
 
-from mtx.config import ConfigError, ModelConfig
+from mtx.config import ConfigError
 from mtx.model.transformer import Transformer
+from tests.conftest import model_config
 
 SRC_LENS, TGT_LENS = [5, 3], [4, 2]  # valid lengths of the two sentences of `_batch`
 S, T = max(SRC_LENS), max(TGT_LENS)
@@ -39,7 +40,7 @@ def _num_params(net):
 
 def test_indivisible_width_is_a_config_error():
     with pytest.raises(ConfigError, match=r"num_hiddens=10\b.*num_heads=3\b"):
-        ModelConfig(num_hiddens=10, num_heads=3)
+        model_config(num_hiddens=10, num_heads=3)
 
 
 def test_parameter_count_does_not_depend_on_heads(tiny_cfg):

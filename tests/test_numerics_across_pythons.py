@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as onp
 
-from mtx.config import ModelConfig
 from mtx.training.loss import label_smoothed_loss
 from mtx.model.transformer import Transformer
 import mxnet as mx  # noqa: E402  (after mtx: mtx.compat prepares numpy for it)
 from mxnet import autograd, gluon, np, npx  # noqa: E402
+from tests.conftest import model_config  # noqa: E402
 
 REFERENCE = Path(__file__).parent / "data" / "first_steps_reference.json"
 RELATIVE_TOLERANCE = 1e-4
@@ -33,9 +33,9 @@ def first_training_losses(steps=STEPS):
     npx.set_np()
     mx.random.seed(0)
     draw = onp.random.RandomState(0)
-    cfg = ModelConfig(num_hiddens=32, num_heads=4, ffn_num_hiddens=64, num_encoder_layers=2,
-                      num_decoder_layers=2, dropout=0.1, attention_dropout=0.1, max_len=32,
-                      vocab_size=VOCAB)
+    cfg = model_config(num_hiddens=32, num_heads=4, ffn_num_hiddens=64, num_encoder_layers=2,
+                       num_decoder_layers=2, dropout=0.1, attention_dropout=0.1, max_len=32,
+                       vocab_size=VOCAB)
     net = Transformer(cfg)
     net.initialize(mx.init.Xavier())
     net.hybridize()

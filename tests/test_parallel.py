@@ -11,7 +11,7 @@ import mxnet as mx
 import numpy as onp
 import pytest
 
-from mtx.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from mtx.config import ConfigError, DataConfig, RunConfig, TrainConfig
 from mtx.data.corpus import load_corpus
 from mtx.data.batching import bucket_batches
 from mtx.training.parallel import DataParallel, split_rows
@@ -19,7 +19,7 @@ from mtx.hardware.devices import seed_everything
 from mtx.training import new_fit
 from mtx.training.steps import train_step
 
-from conftest import ROOT, run_script
+from conftest import model_config, ROOT, run_script
 
 
 def _toy_batches(tmp_path):
@@ -48,9 +48,8 @@ def test_parts_of_every_worker_and_device_cover_the_batch_once(tmp_path):
 
 
 def _train_steps(corpus, data_cfg, batches, ctxs, tmp_path):
-    model_cfg = ModelConfig(num_hiddens=32, num_heads=4, ffn_num_hiddens=64, num_encoder_layers=1,
-                            num_decoder_layers=1, dropout=0.0, attention_dropout=0.0,
-                            vocab_size=len(corpus.tokenizer))
+    model_cfg = model_config(num_hiddens=32, num_heads=4, ffn_num_hiddens=64, dropout=0.0,
+                             attention_dropout=0.0, vocab_size=len(corpus.tokenizer))
     seed_everything(7)
     fit = new_fit(corpus, RunConfig(model=model_cfg, data=data_cfg, seed=7, train=TrainConfig(
         batch_tokens=512, warmup_steps=4, lr=3e-3)), tmp_path, ctxs)

@@ -9,13 +9,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from mtx.training import precision
-from mtx.config import DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig
+from mtx.config import DataConfig, DecodeConfig, RunConfig, TrainConfig
 from mtx.errors import CheckpointError, ConfigError
 from mtx.training.precision import BF16_MIN_SPEEDUP, choose_precision
 from mtx.runs.rundir import RunDir
 from mtx.training import new_fit, train
 from mtx.training.build import build_pieces
-from tests.conftest import ROOT
+from tests.conftest import model_config, ROOT
 
 FLOAT32_GFLOP_S = 200.0
 
@@ -186,8 +186,7 @@ def test_build_pieces_runs_the_choice_and_tells_it(monkeypatch, tiny_cfg):
 
 def _toy():
     data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_pair_len=64)
-    model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
-                            num_decoder_layers=1, dropout=0.0)
+    model_cfg = model_config(dropout=0.0)
     return model_cfg, data_cfg
 
 

@@ -15,14 +15,14 @@ import mxnet as mx
 import pytest
 
 from mtx.runs.checkpoints import CheckpointStore
-from mtx.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from mtx.config import DataConfig, RunConfig, TrainConfig
 from mtx.deploy import EXPORT_INFO
 from mtx.errors import USER_ERROR, CheckpointError, ConfigError
 from mtx.files import atomic_write_json, temp_owner, temp_path
 from mtx.model.transformer import Transformer
 from mtx.runs.rundir import RunDir, run_identity
 from mtx.training.run import prepare
-from tests.conftest import ROOT, run_command, run_script
+from tests.conftest import model_config, ROOT, run_command, run_script
 from tests.test_cli import assert_one_line
 from tests.test_deploy import make_run, random_model, small_cfg
 
@@ -47,7 +47,7 @@ def test_a_resume_of_a_run_whose_tokenizer_is_gone_is_refused_before_anything_is
         tmp_path):
     """Without its tokenizer the run's identity cannot be checked: a resume with another
     language pair would go through and rewrite run.json, model.json and config.yaml."""
-    run = _started_run(tmp_path / "run", ModelConfig(), TOY)
+    run = _started_run(tmp_path / "run", model_config({}), TOY)
     before = _files(run.path)
     other_pair = dataclasses.replace(TOY, src_lang="fr")
     with pytest.raises(CheckpointError, match="has checkpoints but no tokenizer .*nothing in the "
@@ -62,7 +62,7 @@ def test_data_longer_than_the_model_s_positions_is_refused_before_anything_is_wr
     run = RunDir(tmp_path / "run")
     with pytest.raises(ConfigError, match="data.max_len=64 is more than model.max_len=32"):
         prepare(run, RunConfig(data=dataclasses.replace(TOY, max_pair_len=64),
-                               model=ModelConfig(max_len=32), data_dir=str(tmp_path / "data")),
+                               model=model_config({}, max_len=32), data_dir=str(tmp_path / "data")),
                 None, True)
     assert not run.path.exists()
 

@@ -9,7 +9,7 @@ import mxnet as mx
 import numpy as onp
 import pytest
 
-from mtx.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from mtx.config import DataConfig, RunConfig, TrainConfig
 from mtx.data.corpus import load_corpus, save_tokenizer
 from mtx.errors import CheckpointError
 from mtx.model.transformer import Transformer
@@ -18,6 +18,7 @@ from mtx.runs.resume import check_same_steps
 from mtx.runs.rundir import RunDir, load_run, require_run
 from mtx.typecheck import to_keys
 from mtx.training import choose_final, new_fit
+from tests.conftest import model_config
 
 
 def _params(model):
@@ -27,8 +28,7 @@ def _params(model):
 def _fit(tmp_path, **train_overrides):
     data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_pair_len=64)
     corpus = load_corpus(data_cfg, tmp_path / "cache", 3)
-    model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
-                            num_decoder_layers=1, vocab_size=len(corpus.tokenizer))
+    model_cfg = model_config(vocab_size=len(corpus.tokenizer))
     train_cfg = TrainConfig(**dict(dict(batch_tokens=256, max_epochs=1, eval_bleu=False,
                                         warmup_steps=5, average_last=0), **train_overrides))
     fit = new_fit(corpus, RunConfig(model=model_cfg, data=data_cfg, train=train_cfg, seed=3),

@@ -12,7 +12,7 @@ import fastapi  # noqa: E402,F401  the serve extra, which make install installs:
 from pydantic import ValidationError  # noqa: E402  (pydantic comes with FastAPI)
 
 from mtx.commands.serve import check_address  # noqa: E402
-from mtx.config import DecodeConfig, ModelConfig  # noqa: E402
+from mtx.config import DecodeConfig  # noqa: E402
 from mtx.errors import ConfigError  # noqa: E402
 from mtx.serving.answers import RequestError  # noqa: E402
 from mtx.serving.bodies import (AttentionBody, TranslateBody, check_gates,  # noqa: E402
@@ -22,10 +22,10 @@ from mtx.serving.server import bind  # noqa: E402
 from mtx.serving.settings import Limits  # noqa: E402
 from mtx.heads.files import head_study  # noqa: E402
 from mtx.data.vocab import WordTokenizer  # noqa: E402
+from tests.conftest import model_config  # noqa: E402
 
 # 1 encoder and 1 decoder layer: rows enc0 self, dec0 self, dec0 cross; 2 heads each
-CFG = ModelConfig(num_hiddens=8, num_heads=2, ffn_num_hiddens=8, num_encoder_layers=1,
-                  num_decoder_layers=1, max_len=6, vocab_size=10)
+CFG = model_config(num_hiddens=8, ffn_num_hiddens=8, max_len=6, vocab_size=10)
 DECODE = DecodeConfig(beam_size=4, length_penalty=0.6)
 LIMITS = Limits(max_sentences=3, max_beam_size=8)
 

@@ -12,13 +12,14 @@ from mxnet import np
 
 import mtx.runs.tensorboard
 from mtx.runs import faults
-from mtx.config import DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig
+from mtx.config import DataConfig, DecodeConfig, RunConfig, TrainConfig
 from mtx.data.corpus import load_corpus
 from mtx.runs.rundir import RunDir
 from mtx.training.schedule import inverse_sqrt_warmup
 from mtx.training import new_fit
 from mtx.training.state import TrainState
 from mtx.training.steps import LossMeter
+from tests.conftest import model_config
 
 LOG_EVERY = 3
 STEP_TAGS = {"train/loss", "train/lr", "train/tok_s"}
@@ -147,8 +148,7 @@ class Crash(Exception):
 
 
 def _fit(run_dir, corpus, data_cfg, **train_settings):
-    model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
-                            num_decoder_layers=1, dropout=0.1, vocab_size=len(corpus.tokenizer))
+    model_cfg = model_config(dropout=0.1, vocab_size=len(corpus.tokenizer))
     # save_every_minutes=0: a resume point at every log point
     train_cfg = TrainConfig(batch_tokens=256, max_epochs=2, warmup_steps=5, log_every=LOG_EVERY,
                             save_every_minutes=0, average_last=0, **train_settings)

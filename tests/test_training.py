@@ -18,6 +18,7 @@ from mtx.model.transformer import Transformer
 from mtx.training.schedule import inverse_sqrt_warmup, learning_rate
 from mtx.training import new_fit
 from mtx.training.steps import train_step
+from tests.conftest import model_config
 
 
 def test_the_loss_of_a_uniform_guess_is_log_v_per_real_token():
@@ -103,9 +104,7 @@ def test_checkpoint_round_trip_and_bad_checkpoints(tiny_cfg, tmp_path):
 def _short_fit(tmp_path, seed, **train_overrides):
     data_cfg = DataConfig(name="toy", sizes=[300, 20, 20], max_pair_len=64)
     corpus = load_corpus(data_cfg, tmp_path / "cache", seed)
-    from mtx.config import ModelConfig
-    model_cfg = ModelConfig(num_hiddens=16, num_heads=2, ffn_num_hiddens=32, num_encoder_layers=1,
-                            num_decoder_layers=1, dropout=0.1, vocab_size=len(corpus.tokenizer))
+    model_cfg = model_config(dropout=0.1, vocab_size=len(corpus.tokenizer))
     train_cfg = TrainConfig(batch_tokens=256, max_epochs=1, eval_bleu=False, warmup_steps=5,
                             **train_overrides)
     from mtx.hardware.devices import seed_everything
@@ -169,15 +168,17 @@ def test_bfloat16_products_hand_the_loss_bfloat16_logits(tmp_path, monkeypatch):
     from mtx.training import build
     from mtx.training.precision import bfloat16_unavailable
     bf16 = TrainConfig(precision="bfloat16")
-    assert build.loss_reads_bfloat16(bf16, None) == kernels.load()
-    assert not build.loss_reads_bfloat16(TrainConfig(precision="float32"), None)
-    assert not build.loss_reads_bfloat16(TrainConfig(precision="bfloat16", rdrop_alpha=5), None)
-    assert not build.loss_reads_bfloat16(bf16, teacher=object())
+    from mtx.training.regularisers import Teacher, terms_of
+    assert build.loss_reads_bfloat16(bf16, terms_of(bf16)) == kernels.load()
+    assert not build.loss_reads_bfloat16(TrainConfig(precision="float32"), [])
+    rdrop = TrainConfig(precision="bfloat16", rdrop_alpha=5)
+    assert not build.loss_reads_bfloat16(rdrop, terms_of(rdrop))
+    assert not build.loss_reads_bfloat16(bf16, terms_of(bf16, Teacher(object(), 0.5)))
     if bfloat16_unavailable() or not kernels.load():
         pytest.skip("this CPU runs no bfloat16 products (tests/test_model.py checks the refusal)")
     direct, fit = _short_fit(tmp_path / "a", seed=5, precision="bfloat16")
     assert fit.model.logits_in_compute_dtype
-    monkeypatch.setattr(build, "loss_reads_bfloat16", lambda train_cfg, teacher: False)
+    monkeypatch.setattr(build, "loss_reads_bfloat16", lambda train_cfg, terms: False)
     cast, fit = _short_fit(tmp_path / "b", seed=5, precision="bfloat16")
     assert not fit.model.logits_in_compute_dtype
     for name in direct:

@@ -8,8 +8,16 @@ YAML lists first: ``train_declared`` (mtx-train's seed, device, init_from), ``de
 settings: top-level keys of conf/heads.yaml, and its groups finetune and l0). The
 help of the commands lists the declarations (``${mtx.settings:<group>}``, `settings_help`) and
 the presets of conf/ (``${mtx.presets:<group>,...}``, `presets_help`).
+
+A renamed setting (its class's ``RENAMED``, {old key: key}, the one alias table; saved runs
+read it through `mtx.typecheck.renamed`) keeps its old key working with one warning line naming
+the new one: on the command line, rewritten before Hydra composes (`current_overrides`: Hydra
+refuses keys its config lacks), and in a preset or config, where the key's declared value is its
+old key's value when one is given (``${mtx.old_key:...}``, `old_key_value`).
 """
 import dataclasses
+import re
+import sys
 
 from ..config import DataConfig, DecodeConfig, ModelConfig, Placement, RunKeys, TrainConfig
 from ..config import CONF_DIR
@@ -33,12 +41,74 @@ def declare_settings():
     from omegaconf import OmegaConf
     store = ConfigStore.instance()
     for group, cls in GROUPS.items():
-        store.store(group=group, name="declared", node=declared(cls))
+        store.store(group=group, name="declared", node=declared_with_old_keys(group, cls))
     for name, cls in ROOTS.items():
-        store.store(name=name, node=declared(cls))
+        store.store(name=name, node=declared_with_old_keys(name, cls))
     if not OmegaConf.has_resolver("mtx.settings"):
         OmegaConf.register_new_resolver("mtx.settings", settings_help)
         OmegaConf.register_new_resolver("mtx.presets", presets_help)
+        OmegaConf.register_new_resolver("mtx.old_key", old_key_value)
+
+
+def renamed_keys():
+    """{old key: key} of every renamed setting as users type it (``model.norm_before``)."""
+    table = {}
+    for name, cls in {**GROUPS, **ROOTS}.items():
+        prefix = f"{name}." if name in GROUPS else ""
+        table.update({prefix + old: prefix + new
+                      for old, new in getattr(cls, "RENAMED", {}).items()})
+    return table
+
+
+_warned = set()
+
+
+def warn_renamed(old, new):
+    """One warning line (once a process) that the setting ``old`` is now ``new``."""
+    if old not in _warned:
+        _warned.add(old)
+        print(f"warning: {old} is now {new} (the setting was renamed; the old key still works "
+              f"for now)", file=sys.stderr)
+
+
+def current_overrides(overrides):
+    """The command line's ``overrides`` with the old key of a renamed setting replaced by its key
+    (``[+~]key[@package]=value``; flags such as ``-m`` and ``--help`` stay as they are), with
+    `warn_renamed`'s line for each."""
+    table, current = renamed_keys(), []
+    for override in overrides:
+        parts = re.match(r"([+~]*)([\w.]+)(.*)", override, re.S)
+        if parts and parts[2] in table:
+            warn_renamed(parts[2], table[parts[2]])
+            override = parts[1] + table[parts[2]] + parts[3]
+        current.append(override)
+    return current
+
+
+def declared_with_old_keys(name, cls):
+    """`declared` of the group or root ``name``, a renamed setting's value its old key's where a
+    preset or config gives that (`old_key_value`)."""
+    values = declared(cls)
+    for old, new in getattr(cls, "RENAMED", {}).items():
+        values[new] = f"${{mtx.old_key:{name},{old},{new}}}"
+    return values
+
+
+def old_key_value(name, old, new, *, _parent_):
+    """``${mtx.old_key:<group or root>,<old key>,<key>}``: the old key's value where the config
+    gives it (one warning line), else the key's declared default."""
+    if old in _parent_:
+        warn_renamed(f"{name}.{old}" if name in GROUPS else old,
+                     f"{name}.{new}" if name in GROUPS else new)
+        return _parent_[old]
+    return declared({**GROUPS, **ROOTS}[name])[new]
+
+
+def without_old_keys(cls, values):
+    """A composed section's ``values`` without the old keys of renamed settings: their values
+    are already their keys' (`old_key_value`), or a key given anew overrides them."""
+    return {key: value for key, value in values.items()
+            if key not in getattr(cls, "RENAMED", {})}
 
 
 def presets_of(group):
@@ -85,5 +155,5 @@ def compose(config_name, overrides=()):
     register_resolver()
     declare_settings()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name=config_name, overrides=list(overrides),
+        return hydra_compose(config_name=config_name, overrides=current_overrides(overrides),
                              return_hydra_config=True)

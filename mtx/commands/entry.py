@@ -22,7 +22,7 @@ import sys
 from ..config import CONF_DIR, ConfigError
 from ..typecheck import declared, from_dict
 from ..datadir import register_resolver
-from .declared import GROUPS, declare_settings
+from .declared import GROUPS, current_overrides, declare_settings, without_old_keys
 from .exits import one_line_errors
 from .paths import refuse_null_paths
 
@@ -48,6 +48,7 @@ def hydra_command(config_name, command):
             return command(cfg)
 
     def entry():
+        sys.argv[1:] = current_overrides(sys.argv[1:])  # a renamed setting's old key: warned
         return run(main)
     entry.__doc__ = command.__doc__
     return entry
@@ -88,15 +89,16 @@ def typed(cfg, section):
     values = OmegaConf.to_container(cfg[section], resolve=True)
     if section == "data" and values.get("raw_dir"):
         values["raw_dir"] = os.path.abspath(values["raw_dir"])
-    return from_dict(GROUPS[section], values, section)
+    return from_dict(GROUPS[section], without_old_keys(GROUPS[section], values), section)
 
 
 def typed_keys(cfg, cls):
     """The command's own keys of the settings dataclass ``cls`` (`RunKeys`, `Placement`,
     `StudySettings`: Hydra roots, `mtx.commands.declared.ROOTS`) as an instance of it."""
     from omegaconf import OmegaConf
-    keys = list(declared(cls))
-    return from_dict(cls, OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=True))
+    keys = [*declared(cls), *(old for old in getattr(cls, "RENAMED", {}) if old in cfg)]
+    return from_dict(cls, without_old_keys(cls, OmegaConf.to_container(
+        OmegaConf.masked_copy(cfg, keys), resolve=True)))
 
 
 def decoding_options(cfg):

@@ -40,6 +40,9 @@ class TrainConfig:
                                       "0: off", low=0)
     rdrop_from: float = setting(0.0, "R-Drop only after this fraction of the budget, in [0, 1) "
                                      "(e.g. 0.5: the second half)", low=0, below=1)
+    z_loss: float = setting(0.0, "> 0 (e.g. 1e-4): this times the squared log of the softmax's "
+                                 "normaliser at each target position, added to the loss "
+                                 "(PaLM's z-loss, keeps the logits from drifting); 0: off", low=0)
     word_dropout: float = setting(0.0, "the probability that a source or decoder-input subword "
                                        "is replaced by <unk> (never a loss target), in [0, 1), "
                                        "e.g. 0.1", low=0, below=1)

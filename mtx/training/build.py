@@ -10,7 +10,8 @@ from mxnet import gluon
 
 from .. import kernels
 from .loss import LabelSmoothedCrossEntropy, label_smoothed_loss
-from .regularisers import regularisers_of
+from .regularisers import terms_of
+from .terms import FLOAT32_LOGITS, TermLosses, needed
 from ..model.transformer import Transformer
 from .optimizer import DynamicLossScale
 from ..model.precision import set_precision
@@ -28,15 +29,16 @@ class Pieces:
     loss_scales: Optional[Dict] = None  # per device, with dynamic loss scaling
     precision: Optional[Dict] = None    # `choose_precision`'s choice: used, requested, reason
     ema: Optional[WeightAverage] = None  # with train.ema_decay > 0
-    regularisers: List = dataclasses.field(default_factory=list)  # `regularisers_of`
+    terms: List = dataclasses.field(default_factory=list)  # `regularisers.terms_of`
+    term_losses: Optional[TermLosses] = None  # the step's loss with the terms that act
 
 
-def loss_reads_bfloat16(train_cfg, teacher):
+def loss_reads_bfloat16(train_cfg, terms):
     """True where the loss takes the output layer's bfloat16 logits as they are: with bfloat16
     products, the native loss reads them and writes their gradient in bfloat16, so the step's
-    largest array, (rows, V), is never cast. R-Drop's and distillation's losses read float32."""
-    return (train_cfg.precision == "bfloat16" and kernels.load() and not train_cfg.rdrop_alpha
-            and teacher is None)
+    largest array, (rows, V), is never cast; unless one of ``terms`` needs float32 logits."""
+    return (train_cfg.precision == "bfloat16" and kernels.load()
+            and not needed(terms, FLOAT32_LOGITS))
 
 
 def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None, teacher=None):
@@ -46,10 +48,11 @@ def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None, te
     precision = precision or choose_precision(train_cfg.precision, ctxs)
     check_device(precision["used"], ctxs)
     train_cfg = dataclasses.replace(train_cfg, precision=precision["used"])  # loss_scale follows
+    terms = terms_of(train_cfg, teacher)
     model = Transformer(model_cfg)
     model.initialize(mx.init.Xavier(), ctx=ctxs)
     set_precision(model, train_cfg.precision)
-    model.logits_in_compute_dtype = loss_reads_bfloat16(train_cfg, teacher)
+    model.logits_in_compute_dtype = loss_reads_bfloat16(train_cfg, terms)
     if train_cfg.hybridize:
         model.hybridize(static_alloc=True)
     loss_fn = label_smoothed_loss(model_cfg.vocab_size, train_cfg.label_smoothing, ctxs)
@@ -65,5 +68,5 @@ def build_pieces(model_cfg, train_cfg, ctxs, trainer_kvstore, precision=None, te
                    if train_cfg.dynamic_loss_scale else None)
     params = [p for p in model.collect_params().values() if p.grad_req != "null"]
     ema = WeightAverage(params, ctxs[0], train_cfg.ema_decay) if train_cfg.ema_decay else None
-    return Pieces(model, loss_fn, trainer, params, list(ctxs), loss_scales, precision, ema,
-                  regularisers_of(model_cfg, train_cfg, ctxs, teacher))
+    return Pieces(model, loss_fn, trainer, params, list(ctxs), loss_scales, precision, ema, terms,
+                  TermLosses(loss_fn, model_cfg.vocab_size, train_cfg.label_smoothing, ctxs))

@@ -80,9 +80,12 @@ class StopSignals:
 def budget_spent(train_cfg, state, clock, parallel, num_batches):
     """The fraction of the training budget spent (`budget_fraction`), read where the epoch starts
     and at log points, and only where something depends on it: a `train.cooldown` (the learning
-    rate) or R-Drop from `train.rdrop_from` on (then the training depends on the clock: a resumed
-    run is exact up to it); 0.0 otherwise."""
-    if not (train_cfg.cooldown or (train_cfg.rdrop_alpha and train_cfg.rdrop_from)):
+    rate) or a term of the loss that needs the budget (`mtx.training.terms.BUDGET`, e.g. R-Drop
+    from `train.rdrop_from` on; then the training depends on the clock: a resumed run is exact
+    up to it); 0.0 otherwise."""
+    from .regularisers import terms_of
+    from .terms import BUDGET, needed
+    if not (train_cfg.cooldown or needed(terms_of(train_cfg), BUDGET)):
         return 0.0
     return budget_fraction(train_cfg, state, clock, parallel, num_batches)
 

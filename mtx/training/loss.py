@@ -1,6 +1,6 @@
 """The training losses, each summed over the valid target positions: label-smoothed
-cross-entropy, R-Drop's symmetric KL between two dropout passes, and word-level distillation
-from a teacher's distributions."""
+cross-entropy, R-Drop's symmetric KL between two dropout passes, and the base loss with the
+terms of `mtx.training.terms` in one graph (`LossWithTerms`)."""
 import numpy as onp
 from mxnet.gluon.block import HybridBlock
 from mxnet.util import use_np
@@ -78,67 +78,43 @@ class SymmetricKL(HybridBlock):
 
 
 @use_np
-class RDropLoss(HybridBlock):
-    """R-Drop's loss (Liang et al. 2021): logits (2B, T, V) of the two dropout passes of a batch
-    stacked on axis 0, tgt_out (2B, T), tgt_valid_len (2B,) -> (loss, nll): the passes' mean
-    smoothed loss plus ``alpha`` / 4 times their `SymmetricKL` (the paper's sum of the two
-    losses with alpha / 2, halved), and their mean nll; both summed over the valid positions.
-    One cached graph for both terms: as two, each taking the logits, autograd would sum their
-    (2B, T, V) gradients outside either, in fresh memory every step (twice the terms' own time)."""
+class LossWithTerms(HybridBlock):
+    """The training loss with terms (`mtx.training.terms`): logits (P*B, T, V) of P passes of a
+    batch stacked on axis 0, tgt_out (P*B, T), tgt_valid_len (P*B,), then what the terms need
+    (the teacher's logits) -> (loss, nll): the smoothed loss times ``base_weight`` plus each of
+    ``parts`` (the terms' blocks, each called with every input), and the nll, both summed over
+    the valid positions and divided by P (the passes' mean). One cached graph for all: as separate
+    blocks, each taking the logits, autograd would sum their (P*B, T, V) gradients outside
+    them, in fresh memory every step (twice the terms' own time)."""
 
-    def __init__(self, vocab_size, label_smoothing, alpha, **kwargs):
+    def __init__(self, vocab_size, label_smoothing, parts, passes=1, base_weight=1.0, **kwargs):
         super().__init__(**kwargs)
-        self.alpha = alpha
+        self.passes, self.base_weight, self.parts = passes, base_weight, list(parts)
         with self.name_scope():
             self.smoothed = LabelSmoothedCrossEntropy(vocab_size, label_smoothing)
-            self.consistency = SymmetricKL()
+        for index, part in enumerate(self.parts):
+            self.register_child(part, f"term{index}")
 
-    def hybrid_forward(self, F, logits, tgt_out, tgt_valid_len):
+    def hybrid_forward(self, F, logits, tgt_out, tgt_valid_len, *provided):
         loss, nll = self.smoothed(logits, tgt_out, tgt_valid_len)
-        first_pass_len = F.np.split(tgt_valid_len, 2, axis=0)[0]  # (B,)
-        return loss / 2 + self.alpha / 4 * self.consistency(logits, first_pass_len), nll / 2
-
-
-@use_np
-class DistilledLoss(HybridBlock):
-    """Word-level distillation (Kim and Rush 2016): logits (B, T, V), the teacher's logits
-    (B, T, V) of the same batch, tgt_out (B, T), tgt_valid_len (B,) -> (loss, nll): (1 -
-    ``weight``) times the smoothed loss plus ``weight`` times the cross-entropy against the
-    teacher's distribution, -sum_v q(v) log p(v), and the nll; both summed over the valid
-    positions. One cached graph, so the (B, T, V) gradient of both terms is summed inside it."""
-
-    def __init__(self, vocab_size, label_smoothing, weight, **kwargs):
-        super().__init__(**kwargs)
-        self.weight = weight
-        with self.name_scope():
-            self.smoothed = LabelSmoothedCrossEntropy(vocab_size, label_smoothing)
-
-    def hybrid_forward(self, F, logits, teacher_logits, tgt_out, tgt_valid_len):
-        loss, nll = self.smoothed(logits, tgt_out, tgt_valid_len)
-        soft = -(F.npx.softmax(teacher_logits, axis=-1)
-                 * F.npx.log_softmax(logits, axis=-1)).sum(axis=-1)  # (B, T)
-        soft = (soft * valid_positions(F, soft, tgt_valid_len)).sum()
-        return (1 - self.weight) * loss + self.weight * soft, nll
-
-
-def distilled_loss_fn(vocab_size, label_smoothing, weight, ctx):
-    """The `DistilledLoss` on ``ctx`` (a device or a list), initialized and hybridized."""
-    return _ready(DistilledLoss(vocab_size, label_smoothing, weight), ctx)
+        if self.base_weight != 1:
+            loss = loss * self.base_weight
+        for part in self.parts:
+            loss = loss + part(logits, tgt_out, tgt_valid_len, *provided)
+        if self.passes != 1:
+            loss, nll = loss / self.passes, nll / self.passes
+        return loss, nll
 
 
 def label_smoothed_loss(vocab_size, label_smoothing, ctx):
     """The `LabelSmoothedCrossEntropy` of a vocabulary of ``vocab_size`` on ``ctx`` (a device or
     a list), initialized and hybridized: how training, gate training and the head study get
     their loss (``label_smoothing`` 0: the plain nll)."""
-    return _ready(LabelSmoothedCrossEntropy(vocab_size, label_smoothing), ctx)
+    return ready(LabelSmoothedCrossEntropy(vocab_size, label_smoothing), ctx)
 
 
-def rdrop_loss_fn(vocab_size, label_smoothing, alpha, ctx):
-    """The `RDropLoss` on ``ctx`` (a device or a list), initialized and hybridized."""
-    return _ready(RDropLoss(vocab_size, label_smoothing, alpha), ctx)
-
-
-def _ready(block, ctx):
+def ready(block, ctx):
+    """``block`` initialized on ``ctx`` (a device or a list) and hybridized."""
     block.initialize(ctx=ctx)
     block.hybridize(static_alloc=True)
     return block

@@ -25,23 +25,16 @@ def train_step(pieces, parallel, batch, step, train_cfg, times_seen=None, budget
     scalar), its target tokens)."""
     parts = parallel.local_parts(batch)
     losses, nlls, ctx0 = [], [], pieces.ctxs[0]
-    acting = [r for r in pieces.regularisers if r.active(budget_spent)]
+    acting = [term for term in pieces.terms if term.active(budget_spent)]
     with autograd.record():
         for part, ctx in zip(parts, pieces.ctxs):
             weight = 1.0
             if len(part.ids) == 0:  # more devices than rows: a zero-weighted row keeps this
                 part, weight = split_rows(batch, len(batch.ids))[0], 0.0  # device in step
-            for regulariser in acting:
-                part = regulariser.inputs(part, step * 1_000 + len(losses))
-            device_part = to_device(part, ctx)  # src, src_len, tgt_in, tgt_out, tgt_len
-            loss_nll = None
-            for regulariser in acting:  # the first that computes the loss does
-                if loss_nll is None:
-                    loss_nll = regulariser.loss(pieces, *device_part)
-            if loss_nll is None:
-                src, src_len, tgt_in, tgt_out, tgt_len = device_part
-                loss_nll = pieces.loss_fn(pieces.model(src, src_len, tgt_in), tgt_out, tgt_len)
-            loss, nll = loss_nll
+            for term in acting:
+                part = term.inputs(part, step * 1_000 + len(losses))
+            # src, src_len, tgt_in, tgt_out, tgt_len on the device
+            loss, nll = pieces.term_losses.loss(pieces.model, acting, *to_device(part, ctx))
             if pieces.loss_scales:
                 loss = loss * pieces.loss_scales[ctx].value.as_np_ndarray()
             losses.append(loss * weight)
