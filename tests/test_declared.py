@@ -50,6 +50,8 @@ def _another_value(f, default):
         kind = f.type.__args__[0] if hasattr(f.type, "__args__") else f.type
         if kind is str:
             return "x"
+        if kind is bool:
+            return True
         return 1 if kind is int or (meta.get("low") or 0) >= 1 else 0.5
     if isinstance(default, float) and top is not None:
         return (default + top) / 2

@@ -313,11 +313,14 @@ def test_a_missing_vocabulary_model_is_one_line_before_anything_is_learnt(corpus
     assert not (corpus_dir / "data" / "spm").exists()
 
 
-def test_languages_of_many_characters_get_sentencepieces_recommended_coverage(tmp_path):
+def test_languages_of_many_characters_get_sentencepieces_recommended_coverage_and_bytes(tmp_path):
     from mtx.data.vocab import vocabulary_options
-    assert vocabulary_options(files_config(tmp_path))["character_coverage"] == 1.0
-    assert vocabulary_options(files_config(tmp_path, tgt_lang="ja"))["character_coverage"] == 0.9995
-    assert vocabulary_options(files_config(tmp_path, src_lang="zh-Hant"))[
-        "character_coverage"] == 0.9995
-    assert vocabulary_options(files_config(tmp_path, tgt_lang="ja", character_coverage=1.0))[
-        "character_coverage"] == 1.0
+
+    def options(**changes):
+        found = vocabulary_options(files_config(tmp_path, **changes))
+        return found["character_coverage"], found["byte_fallback"]
+    assert options() == (1.0, False)
+    assert options(tgt_lang="ja") == (0.9995, True)
+    assert options(src_lang="zh-Hant") == (0.9995, True)
+    assert options(tgt_lang="ja", character_coverage=1.0, byte_fallback=False) == (1.0, False)
+    assert options(byte_fallback=True) == (1.0, True)

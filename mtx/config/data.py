@@ -40,8 +40,10 @@ class DataConfig:
         None, "an existing SentencePiece model file to use instead of learning one (ids 0-3: "
               "<pad> <unk> <s> </s>; its size replaces data.vocab_size), [source, target] "
               "with data.vocab=separate, or null")
-    byte_fallback: bool = setting(False, "true: a character the vocabulary lacks becomes its "
-                                         "UTF-8 bytes, not <unk> (256 of data.vocab_size)")
+    byte_fallback: Optional[bool] = setting(None, "true: a character the vocabulary lacks "
+                                                  "becomes its UTF-8 bytes, not <unk> (256 of "
+                                                  "data.vocab_size); null: true where a side "
+                                                  "is zh, ja or ko, else false")
     character_coverage: Optional[float] = setting(None, "the share of the characters the "
                                                         "vocabulary covers, in (0, 1], or null: "
                                                         "0.9995 where a side is zh, ja or ko, "

@@ -115,15 +115,17 @@ MANY_CHARACTERS = ("zh", "ja", "ko", "yue")
 
 
 def vocabulary_options(cfg, langs=None, with_tags=True):
-    """SentencePiece's options from a `DataConfig`: byte fallback, the character coverage
-    (null: 0.9995 where a language of ``langs``, default both sides', has many characters, else
-    1) and user symbols (the corpora's tags among them ``with_tags``)."""
-    coverage = cfg.character_coverage
-    if coverage is None:
-        langs = {base_language(lang) for lang in (langs or (cfg.src_lang, cfg.tgt_lang))}
-        coverage = 0.9995 if langs & set(MANY_CHARACTERS) else 1.0
+    """SentencePiece's options from a `DataConfig`: byte fallback and the character coverage
+    (null: on and 0.9995 where a language of ``langs``, default both sides', has many
+    characters, as SentencePiece recommends for them; else off and 1) and user symbols (the
+    corpora's tags among them ``with_tags``)."""
+    langs = {base_language(lang) for lang in (langs or (cfg.src_lang, cfg.tgt_lang))}
+    many = bool(langs & set(MANY_CHARACTERS))
+    coverage = (0.9995 if many else 1.0) if cfg.character_coverage is None else \
+        cfg.character_coverage
+    fallback = many if cfg.byte_fallback is None else cfg.byte_fallback
     tags = [tag for tag in cfg.train_tags if with_tags and tag and tag not in cfg.user_symbols]
-    return {"byte_fallback": cfg.byte_fallback, "character_coverage": coverage,
+    return {"byte_fallback": fallback, "character_coverage": coverage,
             "user_defined_symbols": list(cfg.user_symbols) + tags}
 
 
