@@ -112,8 +112,12 @@ class AccessCheck:
         self.throttle = Throttle()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             return await self.app(scope, receive, send)
+        if scope["type"] != "http":  # no route speaks anything but HTTP (WebSocket is off)
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})  # 403 before a handshake
+            return None
         headers = dict(scope["headers"])
         route = route_of(scope)
         refusal = self._refusal(scope, headers, route)

@@ -1,6 +1,9 @@
 """Admission: which requests the service takes on, decided before their bodies are read.
 
-- Heads: a request line and headers over ``limits.max_header_bytes`` get 431.
+- Heads (`HeadCheck`, first of all): a request line and headers over ``limits.max_header_bytes``
+  or with over ``limits.max_headers`` fields get 431 (a head that arrives incomplete is bounded
+  in `mtx.serving.connections`); a body framed two ways (Content-Length and Transfer-Encoding,
+  a request-smuggling pattern: RFC 9112 6.1) gets 400 and the connection is closed.
 
 - Requests at once: at most ``limits.max_connections`` in the app (pipelined ones too: each is
   in the app from its head to its last byte written); more get 503 with Retry-After, as JSON.
@@ -15,24 +18,51 @@ from .answers import json_answer
 from .routes import route_of
 
 
+class HeadCheck:
+    """ASGI middleware: a request's head within the limits, its body framed one way (module
+    docstring); before any other layer reads the headers."""
+
+    def __init__(self, app, max_bytes, max_fields):
+        self.app, self.max_bytes, self.max_fields = app, max_bytes, max_fields
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            refusal = head_refusal(scope["headers"], len(scope.get("raw_path") or b"")
+                                   + len(scope.get("query_string") or b""), self.max_bytes,
+                                   self.max_fields)
+            if refusal is not None:
+                return await refusal(send)
+        await self.app(scope, receive, send)
+
+
+def head_refusal(headers, target_bytes, max_bytes, max_fields):
+    """The answer refusing a head of ``headers`` [(name, value)] and a target of
+    ``target_bytes``, or None."""
+    if len(headers) > max_fields:  # counted before any is looked at
+        return json_answer(431, f"the request has {len(headers)} header fields; this server "
+                                f"takes at most {max_fields} (limits.max_headers)")
+    size = target_bytes + sum(len(name) + len(value) + 4 for name, value in headers)
+    if size > max_bytes:
+        return json_answer(431, f"the request line and headers are {size} bytes; this server "
+                                f"takes at most {max_bytes} (limits.max_header_bytes)")
+    names = {name for name, _ in headers}
+    if b"content-length" in names and b"transfer-encoding" in names:
+        return json_answer(400, "the request has both Content-Length and Transfer-Encoding: "
+                                "send one of them", [(b"connection", b"close")])
+    return None
+
+
 class Admission:
     """ASGI middleware over the app of ``service`` (`mtx.serving.service.Service`)."""
 
-    def __init__(self, app, service, max_requests, max_header_bytes):
+    def __init__(self, app, service, max_requests):
         self.app, self.service, self.max_requests = app, service, max_requests
-        self.max_header_bytes = max_header_bytes
         self.in_flight = 0
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        size = (len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
-                + sum(len(name) + len(value) + 4 for name, value in scope["headers"]))
         faults.point("request")  # MTX_KILL_AT=request:1:RAISE: a bug in the app (the tests)
-        if size > self.max_header_bytes:  # h11 bounds only heads that arrive in pieces
-            return await json_answer(431, f"the request line and headers are {size} bytes; this "
-                                          f"server takes at most {self.max_header_bytes} "
-                                          f"(limits.max_header_bytes)")(send)
         route = route_of(scope)
         if route is not None and route.probe:
             return await self.app(scope, receive, send)

@@ -7,7 +7,8 @@ for a body not sent as application/json, 408 for a body that is too slow, 401/40
 `mtx.serving.access`), 503 with Retry-After when the server is busy or stopping
 (`mtx.serving.admission`), 500 for a bug (its traceback goes to the server's log only, once).
 A request passes, in order: `Outermost` (the security headers; a bug's last catch),
-`AccessCheck` (Host, other sites, token: from the head alone), `Admission` (requests at once,
+`HeadCheck` (the head's size and fields, the body's framing), `AccessCheck` (Host, other sites,
+token: from the head alone; no scope but HTTP's passes), `Admission` (requests at once,
 the queue), `BodyCheck` (the body of a route that takes one, read and parsed once); then the
 route validates the parsed value.
 """
@@ -26,7 +27,7 @@ from starlette.exceptions import HTTPException
 
 from ..errors import MtxError
 from .access import AUTHORIZED, AccessCheck
-from .admission import Admission
+from .admission import Admission, HeadCheck
 from .answers import Outermost, RequestError, error, printable
 from .bodies import AttentionBody, TranslateBody, validation_message
 from .intake import BodyCheck, parsed_body
@@ -75,11 +76,11 @@ async def answer(work):
                            f"it with the server's log", 500) from None
 
 
-def create_app(service, token=None, hosts=None):
+def create_app(service, token=None, hosts=None, open_connections=None):
     """The ASGI app of a started `mtx.serving.service.Service`: FastAPI with the layers in front
     (module docstring), inside `Outermost`. When the server stops, the service stops its model
     thread off the event loop, by the deadline its `close` set. ``token``, ``hosts``:
-    `mtx.serving.access`."""
+    `mtx.serving.access`; ``open_connections()``: how many the server has open (/health)."""
     @asynccontextmanager
     async def lifespan(app):
         yield
@@ -91,11 +92,12 @@ def create_app(service, token=None, hosts=None):
     limits = service.limits
     app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes, seconds=limits.body_seconds,
                        stop_deadline=lambda: service.answer_by)
-    app.add_middleware(Admission, service=service, max_requests=limits.max_connections,
-                       max_header_bytes=limits.max_header_bytes)
+    app.add_middleware(Admission, service=service, max_requests=limits.max_connections)
     app.add_middleware(AccessCheck, token=token, hosts=hosts)  # before any other work
+    app.add_middleware(HeadCheck, max_bytes=limits.max_header_bytes,
+                       max_fields=limits.max_headers)
     add_error_handlers(app)
-    add_routes(app, service)
+    add_routes(app, service, open_connections)
     return Outermost(app)
 
 
@@ -123,10 +125,10 @@ def add_error_handlers(app):
                                       f"{listing()})", getattr(err, "headers", None))
 
 
-def add_routes(app, service):
+def add_routes(app, service, open_connections=None):
     """The handlers of the routes of `mtx.serving.routes` (but the sign-in's, which
     `mtx.serving.access` answers), answered by ``service``."""
-    handlers = route_handlers(service)
+    handlers = route_handlers(service, open_connections)
     for route in ROUTES:
         if not route.session:
             app.add_api_route(route.path, handlers.pop(route.path), methods=[route.method],
@@ -135,7 +137,7 @@ def add_routes(app, service):
         raise RuntimeError(f"handlers of no route in mtx.serving.routes: {sorted(handlers)}")
 
 
-def route_handlers(service):
+def route_handlers(service, open_connections=None):
     """{path: async handler(request)} of the routes that the app answers."""
     html = page_html()
     policy = page_policy(html)
@@ -145,7 +147,10 @@ def route_handlers(service):
                                            "Cache-Control": "no-store"})
 
     async def health(request: Request):  # liveness: the process answers, its model thread works
-        status = service.health(counters=request.scope.get(AUTHORIZED, False))
+        counters = request.scope.get(AUTHORIZED, False)
+        status = service.health(counters=counters)
+        if counters and open_connections is not None:
+            status["connections"] = open_connections()
         return JSONResponse(status, status_code=503 if status["status"] == "failed" else 200)
 
     async def ready(request: Request):

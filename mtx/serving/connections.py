@@ -14,15 +14,22 @@ Here each connection is in one of two states:
 - *in a request*: the app has it; its body has ``limits.body_seconds`` (`mtx.serving.app`) and its
   answer ``limits.request_seconds``. Requests at once are the app's to limit (`Admission`).
 
+A head is handed to h11 at most ``max_header_bytes`` at a time (asyncio reads up to 256 KiB at
+once, and h11 would parse all of it), so h11 parses at most twice the limit of a head before it
+is refused (431); bytes after a complete request wait unparsed until its answer is done
+(pipelining). No protocol upgrade is made: a request with ``Upgrade`` (WebSocket, h2c) is
+answered as plain HTTP/1.1, through every check of the app (RFC 9110 7.8 lets a server ignore
+it), and nothing is logged for it.
+
 Idle keep-alive connections are closed after ``keepalive_seconds`` (uvicorn's timer). And answers
 have a write deadline: while a connection's send buffer is full (the client does not read, e.g.
 while it pipelines requests), it must take some of it within ``write_seconds``, and a connection
 being closed must take what is left within ``write_seconds``; else it is dropped (aborted), its
 request leaves the app and its slots are free. (uvicorn waits for a full buffer to drain with no
 timer, and closing a transport waits for its buffer to be written.) The HTTP implementation is
-pinned to h11 with headers of at most ``max_header_bytes``; an invalid request gets the
-service's JSON answer, not uvicorn's plain text.
+pinned to h11; an invalid request gets the service's JSON answer, not uvicorn's plain text.
 """
+import http
 import json
 import logging
 import time
@@ -34,14 +41,16 @@ from .answers import SECURITY_HEADERS
 
 log = logging.getLogger(__name__)
 HARD_LIMIT_FACTOR = 2  # connections all in requests: newcomers are closed beyond twice the limit
+# h11's states of a client whose request is complete and not yet answered: what comes after waits
+REQUEST_COMPLETE = (h11.DONE, h11.MUST_CLOSE, h11.MIGHT_SWITCH_PROTOCOL)
 
 
 class Guard:
     """The settings and the open connections of one server (shared by its protocols)."""
 
-    def __init__(self, max_connections, head_seconds, write_seconds):
+    def __init__(self, max_connections, head_seconds, write_seconds, max_header_bytes):
         self.max_connections, self.head_seconds = max_connections, head_seconds
-        self.write_seconds = write_seconds
+        self.write_seconds, self.max_header_bytes = write_seconds, max_header_bytes
         self.open = set()   # every GuardedH11 connection now open
         self.closed_idle = 0  # closed for room or past their head deadline
 
@@ -55,6 +64,7 @@ class Guard:
         """Over ``max_connections``: close the connection that has waited longest for a
         request's head (not ``newcomer``); none waiting: the newcomer stays (its request is the
         app's to refuse)."""
+        self.open -= {c for c in self.open if c.transport.get_protocol() is not c}  # handed on
         open_now = [c for c in self.open if not c.transport.is_closing()]
         if len(open_now) <= self.max_connections:
             return
@@ -76,6 +86,7 @@ class GuardedH11(H11Protocol):
         self._head_timer = None
         self._write_timer = None    # the write deadline, while one runs
         self._known_cycle = None
+        self._unread = bytearray()  # received, not yet handed to h11 (`_feed`)
 
     def connection_made(self, transport):
         super().connection_made(transport)
@@ -92,11 +103,29 @@ class GuardedH11(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data):
-        super().data_received(data)
+        self._unread += data
+        self._feed()
         self._note_new_request()
+
+    def _feed(self):
+        """Hand h11 what has been received, ``max_header_bytes`` at a time, and nothing more
+        once a request is complete (the rest waits for its answer: `on_response_complete`)."""
+        step = self.guard.max_header_bytes
+        while self._unread and not self.transport.is_closing():
+            if self.conn.their_state in REQUEST_COMPLETE:
+                self.flow.pause_reading()
+                return
+            piece = bytes(self._unread[:step])
+            del self._unread[:step]
+            super().data_received(piece)
+
+    def _should_upgrade(self):
+        return False  # never, and nothing logged (module docstring)
 
     def on_response_complete(self):
         super().on_response_complete()  # may start a pipelined request at once
+        if not self.transport.is_closing():
+            self._feed()
         if self.transport.is_closing():
             self._write_deadline()
         elif not self._note_new_request():
@@ -127,18 +156,21 @@ class GuardedH11(H11Protocol):
             self.transport.abort()
 
     def send_400_response(self, msg):
-        """An invalid request (bad syntax, headers over the size limit): the service's JSON
-        answer, then the connection is closed."""
-        body = json.dumps({"error": "invalid HTTP request (bad syntax, or headers over the "
-                                    "server's size limit)"}).encode()
-        try:
-            self.transport.write(self.conn.send(h11.Response(status_code=400, headers=[
-                (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-                (b"connection", b"close"), *SECURITY_HEADERS])))
-            self.transport.write(self.conn.send(h11.Data(data=body)))
-            self.transport.write(self.conn.send(h11.EndOfMessage()))
-        except h11.LocalProtocolError:  # h11 cannot answer in this state: only close
-            pass
+        """A request h11 refused: a head over ``max_header_bytes`` (431) or bad syntax (400),
+        answered as the service answers (JSON, written here: h11 is in its error state), then
+        the connection is closed."""
+        unparsed = self.conn.trailing_data[0]  # at most twice the limit (`_feed`)
+        if len(unparsed) > self.guard.max_header_bytes and b"\r\n\r\n" not in unparsed:
+            status, message = 431, (f"the request line and headers are over "
+                                    f"{self.guard.max_header_bytes} bytes "
+                                    f"(limits.max_header_bytes)")
+        else:
+            status, message = 400, "invalid HTTP request (bad syntax)"
+        body = json.dumps({"error": message}).encode()
+        head = [b"HTTP/1.1 %d %s" % (status, http.HTTPStatus(status).phrase.encode()),
+                b"content-type: application/json", b"content-length: %d" % len(body),
+                b"connection: close", *(name + b": " + value for name, value in SECURITY_HEADERS)]
+        self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
         self.transport.close()
         self._write_deadline()
 

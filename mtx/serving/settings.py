@@ -39,7 +39,8 @@ class Limits:
     keepalive_seconds: float = _seconds(5.0, "an idle connection is closed this long after its "
                                              "last answer")
     max_header_bytes: int = setting(16384, "a request line and headers' bytes, 1 or more (more: "
-                                           "400)", low=1)
+                                           "431)", low=1)
+    max_headers: int = setting(100, "header fields in a request, 1 or more (more: 431)", low=1)
     body_seconds: float = _seconds(10.0, "a request body that has not arrived by then gets 408")
     request_seconds: float = _seconds(30.0, "a request not answered by then gets 504 and its "
                                             "work is dropped")
