@@ -59,6 +59,22 @@ def test_a_body_made_to_be_slow_to_check_is_refused_at_once_and_health_answers_m
     assert post(server.url, "/translate", SENTENCE)[0] == 200
 
 
+@pytest.mark.parametrize("body, status, message", [
+    # 64 KB of wrong items: the count before the items, each list stops at its first wrong one
+    ({"text": [1] * 32000}, 413, "text has 32000 sentences; give at most 64 per request"),
+    ({"text": ["a"] + [1] * 60}, 422, "text[1]: Input should be a valid string"),
+    ({"text": ["a"], "gates": [[1, "x"] * 100] * 30}, 422,
+     "gates[0][1]: Input should be a valid number"),
+    ({f"k{i}": 1 for i in range(6000)}, 422, "'k0' (and 5999 more): no such field; give beam_size"),
+])
+def test_a_body_of_many_wrong_items_gets_one_short_error(server, body, status, message):
+    compact = json.dumps(body, separators=(",", ":")).encode()  # within limits.max_body_bytes
+    got, data, _ = post(server.url, "/translate", compact,
+                        headers={"Content-Type": "application/json"})
+    assert got == status and data["error"].startswith(message), data["error"][:300]
+    assert "more" not in data["error"].replace("5999 more", "")
+
+
 @pytest.mark.parametrize("method, path, status", [
     ("GET", "/health", 200), ("POST", "/health", 405), ("POST", "/", 405), ("GET", "/", 200),
     ("POST", "/info", 405), ("GET", "/nothing", 404), ("PUT", "/translate", 405)])

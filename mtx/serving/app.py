@@ -161,12 +161,12 @@ def route_handlers(service, open_connections=None):
         return JSONResponse({"ready": True})
 
     async def translate(request: Request):
-        body = parsed_body(request, TranslateBody)
+        body = parsed_body(request, TranslateBody, service.limits)
         return JSONResponse(await answer(service.translate(
             body, lambda: client_gone(request), client_address(request))))
 
     async def attention(request: Request):  # its JSON is made in the model thread
-        body = parsed_body(request, AttentionBody)
+        body = parsed_body(request, AttentionBody, service.limits)
         json_bytes = await answer(service.attention(body, lambda: client_gone(request),
                                                     client_address(request)))
         return Response(json_bytes, media_type="application/json")
