@@ -59,20 +59,23 @@ def test_a_body_made_to_be_slow_to_check_is_refused_at_once_and_health_answers_m
     assert post(server.url, "/translate", SENTENCE)[0] == 200
 
 
+STRING, NUMBER, EXTRA = ("Input should be a valid string", "Input should be a valid number",
+                         "Extra inputs are not permitted")
+
+
 @pytest.mark.parametrize("body, status, message", [
     # 64 KB of wrong items: the count before the items, each list stops at its first wrong one
     ({"text": [1] * 32000}, 413, "text has 32000 sentences; give at most 64 per request"),
-    ({"text": ["a"] + [1] * 60}, 422, "text[1]: Input should be a valid string"),
-    ({"text": ["a"], "gates": [[1, "x"] * 100] * 30}, 422,
-     "gates[0][1]: Input should be a valid number"),
-    ({f"k{i}": 1 for i in range(6000)}, 422, "'k0' (and 5999 more): no such field; give beam_size"),
+    ({"text": ["a"] + [1] * 60}, 422, f"text[1]: {STRING}"),
+    ({"text": ["a"], "gates": [[1, "x"] * 100] * 30}, 422, f"gates[0][1]: {NUMBER}"),
+    ({f"k{i}": 1 for i in range(6000)}, 422,
+     f"k0: {EXTRA}; k1: {EXTRA}; k2: {EXTRA}; and 5997 more"),
 ])
 def test_a_body_of_many_wrong_items_gets_one_short_error(server, body, status, message):
     compact = json.dumps(body, separators=(",", ":")).encode()  # within limits.max_body_bytes
     got, data, _ = post(server.url, "/translate", compact,
                         headers={"Content-Type": "application/json"})
-    assert got == status and data["error"].startswith(message), data["error"][:300]
-    assert "more" not in data["error"].replace("5999 more", "")
+    assert (got, data["error"]) == (status, message)
 
 
 @pytest.mark.parametrize("method, path, status", [
@@ -198,3 +201,4 @@ def test_the_docs_name_the_routes_of_the_code():
     table = docs.split("## The API", 1)[1].split("\n\n", 2)[1]
     documented = set(re.findall(r"^\| `(GET|POST) (/\S*?)`", table, flags=re.M))
     assert documented == {(route.method, route.path) for route in ROUTES}
+

@@ -120,17 +120,18 @@ def check_shape(value, model, limits):
     if not isinstance(value, dict):
         raise RequestError(NOT_AN_OBJECT)
     unknown = [name for name in value if name not in model.model_fields]
-    if unknown:
-        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-        raise RequestError(f"{unknown[0][:40]!r}{more}: no such field; give "
-                           f"{', '.join(model.model_fields)}")
+    if unknown:  # as pydantic says it, but for the first few only
+        raise RequestError(validation_message([{"loc": (name[:40],), "msg": "Extra inputs are "
+                                                "not permitted"} for name in unknown[:4]],
+                                              len(unknown)))
     model.check_counts(value, limits)
 
 
-def validation_message(errors):
-    """FastAPI's RequestValidationError.errors() -> one line naming the first problems' fields."""
+def validation_message(errors, count=None):
+    """FastAPI's RequestValidationError.errors() -> one line naming the first problems' fields;
+    ``count``: how many there are, when ``errors`` are the first of them."""
     parts = []
-    for err in errors:
+    for err in errors[:MAX_PROBLEMS_NAMED]:
         if err.get("type") == "json_invalid":
             reason = (err.get("ctx") or {}).get("error", "")
             parts.append(f"the body is not valid JSON ({reason})" if reason
@@ -142,6 +143,6 @@ def validation_message(errors):
             parts.append(NOT_AN_OBJECT)
             continue
         parts.append(f"{where or 'the body'}: {err.get('msg', 'invalid')}")
-    more = len(parts) - MAX_PROBLEMS_NAMED
-    parts = parts[:MAX_PROBLEMS_NAMED] + ([f"and {more} more"] if more > 0 else [])
+    more = (len(errors) if count is None else count) - len(parts)
+    parts = parts + ([f"and {more} more"] if more > 0 else [])
     return "; ".join(parts) or "the request body is not valid"
