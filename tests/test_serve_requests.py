@@ -202,3 +202,12 @@ def test_the_docs_name_the_routes_of_the_code():
     documented = set(re.findall(r"^\| `(GET|POST) (/\S*?)`", table, flags=re.M))
     assert documented == {(route.method, route.path) for route in ROUTES}
 
+
+def test_each_route_is_answered_by_the_handler_its_row_names():
+    """The route table is the one list: each row names its handler (the sign-in's are answered
+    in front of the app), and the app has no handler that no row names."""
+    from mtx.serving.app import Handlers
+    named = [route.handler for route in ROUTES if route.handler is not None]
+    assert all(route.session for route in ROUTES if route.handler is None)
+    defined = {name for name in vars(Handlers) if not name.startswith("_")}
+    assert sorted(named) == sorted(defined)

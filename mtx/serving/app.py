@@ -126,54 +126,55 @@ def add_error_handlers(app):
 
 
 def add_routes(app, service, open_connections=None):
-    """The handlers of the routes of `mtx.serving.routes` (but the sign-in's, which
-    `mtx.serving.access` answers), answered by ``service``."""
-    handlers = route_handlers(service, open_connections)
+    """The routes of `mtx.serving.routes`, each answered by the `Handlers` method its row
+    names (the sign-in's by `mtx.serving.access`)."""
+    handlers = Handlers(service, open_connections)
     for route in ROUTES:
-        if not route.session:
-            app.add_api_route(route.path, handlers.pop(route.path), methods=[route.method],
-                              include_in_schema=False)
-    if handlers:
-        raise RuntimeError(f"handlers of no route in mtx.serving.routes: {sorted(handlers)}")
+        if route.handler is not None:
+            app.add_api_route(route.path, getattr(handlers, route.handler),
+                              methods=[route.method], include_in_schema=False)
 
 
-def route_handlers(service, open_connections=None):
-    """{path: async handler(request)} of the routes that the app answers."""
-    html = page_html()
-    policy = page_policy(html)
+class Handlers:
+    """What the app's routes answer, by ``service``; ``open_connections()``: how many the
+    server has open (None: not counted)."""
 
-    async def page(request: Request):
-        return HTMLResponse(html, headers={"Content-Security-Policy": policy,
-                                           "Cache-Control": "no-store"})
+    def __init__(self, service, open_connections=None):
+        self.service, self.open_connections = service, open_connections
+        self.html = page_html()
+        self.policy = page_policy(self.html)
 
-    async def health(request: Request):  # liveness: the process answers, its model thread works
+    async def page(self, request: Request):
+        return HTMLResponse(self.html, headers={"Content-Security-Policy": self.policy,
+                                                "Cache-Control": "no-store"})
+
+    async def health(self, request: Request):  # liveness: the process answers, its model works
         counters = request.scope.get(AUTHORIZED, False)
-        status = service.health(counters=counters)
-        if counters and open_connections is not None:
-            status["connections"] = open_connections()
+        status = self.service.health(counters=counters)
+        if counters and self.open_connections is not None:
+            status["connections"] = self.open_connections()
         return JSONResponse(status, status_code=503 if status["status"] == "failed" else 200)
 
-    async def ready(request: Request):
-        reason = service.not_ready()
+    async def ready(self, request: Request):
+        reason = self.service.not_ready()
         if reason:
             return error(503, f"not ready: {reason}",
-                         {"Retry-After": str(service.jobs.retry_after())})
+                         {"Retry-After": str(self.service.jobs.retry_after())})
         return JSONResponse({"ready": True})
 
-    async def translate(request: Request):
-        body = parsed_body(request, TranslateBody, service.limits)
-        return JSONResponse(await answer(service.translate(
+    async def translate(self, request: Request):
+        body = parsed_body(request, TranslateBody, self.service.limits)
+        return JSONResponse(await answer(self.service.translate(
             body, lambda: client_gone(request), client_address(request))))
 
-    async def attention(request: Request):  # its JSON is made in the model thread
-        body = parsed_body(request, AttentionBody, service.limits)
-        json_bytes = await answer(service.attention(body, lambda: client_gone(request),
-                                                    client_address(request)))
+    async def attention(self, request: Request):  # its JSON is made in the model thread
+        body = parsed_body(request, AttentionBody, self.service.limits)
+        json_bytes = await answer(self.service.attention(body, lambda: client_gone(request),
+                                                         client_address(request)))
         return Response(json_bytes, media_type="application/json")
-    async def info():
-        return service.info
 
-    async def heads():
-        return service.study
-    return {"/": page, "/health": health, "/ready": ready, "/info": info, "/heads": heads,
-            "/translate": translate, "/attention": attention}
+    async def info(self):
+        return self.service.info
+
+    async def heads(self):
+        return self.service.study
