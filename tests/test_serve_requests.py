@@ -141,9 +141,10 @@ def test_two_content_types_are_refused(server):
 
 
 def test_a_newline_in_a_path_forges_no_log_line(toy_run):
-    """A bug in the app (injected: MTX_KILL_AT=request:1:RAISE) is logged with the request's
-    path: a %0A (or another control character) in it stays inside that one line. The client
-    gets one JSON 500 with the security headers, the log one traceback."""
+    """A bug in the app (injected: MTX_KILL_AT=request:1:RAISE, whose message quotes the path)
+    is logged with the request's path: a %0A (or another control character) in it stays inside
+    its line, in the traceback's message too. The client gets one JSON 500 with the security
+    headers, the log one traceback."""
     process = start_server(toy_run, env={**os.environ, "MTX_KILL_AT": "request:1:RAISE"})
     try:
         status, head, body = exchange(process.url, b"GET /info%0A[INFO]%20forged%0D%0B%1B[2J "
@@ -155,8 +156,10 @@ def test_a_newline_in_a_path_forges_no_log_line(toy_run):
         assert process.stop() == 0
     assert not any(line.startswith("[INFO] forged") for line in process.log), process.log
     logged = [line for line in process.log if "forged" in line]
-    assert len(logged) == 1
-    assert "internal error in GET /info\\n[INFO] forged\\r\\x0b\\x1b[2J" in logged[0], logged
+    assert len(logged) == 2 and all("/info\\n[INFO] forged\\r\\x0b\\x1b[2J" in line
+                                    for line in logged), logged
+    assert logged[0].startswith("[ERROR] internal error in GET /info")
+    assert logged[1].startswith("InjectedFault: MTX_KILL_AT=request:1:RAISE at /info"), logged
     assert sum("Traceback" in line for line in process.log) == 1, process.log
 
 

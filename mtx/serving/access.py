@@ -12,19 +12,24 @@
   the page's session cookie (`mtx.serving.tokens`). The page gets that cookie from ``POST
   /login`` with the token in the Authorization header (never in a URL, where proxies and browser
   history keep it): HttpOnly, SameSite=Strict, ``Secure`` when the request came over HTTPS;
-  ``POST /logout`` revokes it. Wrong tokens are throttled per client address (429).
+  ``POST /logout`` revokes it. Wrong tokens are throttled per client (429): an IPv4 address, or
+  an IPv6 /64 (one machine can hold a whole /64: `mtx.serving.tokens.client_key`).
 - Client addresses: the connection's, or behind a proxy listed in ``access.trusted_proxies`` the
-  one it forwards (`mtx.serving.server`); from anyone else X-Forwarded-* are ignored.
+  one it forwards (`mtx.serving.server`); from anyone else X-Forwarded-* are ignored. A server
+  beyond loopback without ``trusted_proxies`` warns once, at the first such header: behind a
+  proxy every client would be the proxy's address, and ten wrong tokens would lock all out.
+- Scopes other than HTTP's (WebSocket) are refused: no route speaks them.
 - Without the token, /health says only whether the service is alive (no traffic counters).
 """
 import ipaddress
+import logging
 import re
 from dataclasses import dataclass
 from typing import List, Optional
 
 from ..errors import ConfigError
 from ..typecheck import setting
-from .answers import json_answer
+from .answers import json_answer, printable
 from .headers import cross_site
 from .routes import route_of
 from .tokens import SESSION_SECONDS, Sessions, Throttle, token_problem
@@ -33,6 +38,8 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 EVERY_ADDRESS = ("0.0.0.0", "::", "")
 COOKIE = "mtx_session"
 AUTHORIZED = "mtx.authorized"  # scope key: the request carries the token (or none is needed)
+FORWARDING_HEADERS = (b"x-forwarded-for", b"x-forwarded-proto", b"forwarded")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -106,10 +113,11 @@ class AccessCheck:
     """ASGI middleware: the Host allow-list, other sites, the sign-in and the token (module
     docstring), in that order; nothing of the body is read here."""
 
-    def __init__(self, app, token, hosts):
-        self.app, self.hosts = app, hosts
-        self.sessions = Sessions(token) if token else None
+    def __init__(self, app, access, listen_host):
+        self.app, self.hosts = app, access.hosts(listen_host)
+        self.sessions = Sessions(access.token) if access.token else None
         self.throttle = Throttle()
+        self.warn_forwarding = not is_loopback(listen_host) and not access.trusted_proxies
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
@@ -119,6 +127,12 @@ class AccessCheck:
                 await send({"type": "websocket.close", "code": 1008})  # 403 before a handshake
             return None
         headers = dict(scope["headers"])
+        if self.warn_forwarding and any(name in headers for name in FORWARDING_HEADERS):
+            self.warn_forwarding = False
+            log.warning("a request came through a proxy (X-Forwarded-For or the like, from %s) "
+                        "and access.trusted_proxies is empty: every client behind it counts as "
+                        "that one address (its wrong tokens lock them all out); list the "
+                        "proxy in access.trusted_proxies", printable(client_of(scope)))
         route = route_of(scope)
         refusal = self._refusal(scope, headers, route)
         if refusal is not None:

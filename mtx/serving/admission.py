@@ -62,7 +62,7 @@ class Admission:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        faults.point("request")  # MTX_KILL_AT=request:1:RAISE: a bug in the app (the tests)
+        faults.point("request", scope["path"])  # MTX_KILL_AT=request:1:RAISE: a bug (tests)
         route = route_of(scope)
         if route is not None and route.probe:
             return await self.app(scope, receive, send)

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 from ..errors import MtxError
 from .access import AUTHORIZED, AccessCheck
 from .admission import Admission, HeadCheck
-from .answers import Outermost, RequestError, error, printable
+from .answers import Outermost, RequestError, error, printable, printable_traceback
 from .bodies import AttentionBody, TranslateBody, validation_message
 from .intake import BodyCheck, parsed_body
 from .routes import ROUTES, listing
@@ -71,16 +71,17 @@ async def answer(work):
     except MtxError as err:
         raise RequestError(str(err)) from None
     except Exception as err:  # noqa: BLE001 (one JSON line for the client, the traceback logged)
-        log.error("internal error", exc_info=True)
+        log.error("internal error\n%s", printable_traceback(err))
         raise RequestError(f"internal error ({type(err).__name__}); this is a bug, please report "
                            f"it with the server's log", 500) from None
 
 
-def create_app(service, token=None, hosts=None, open_connections=None):
+def create_app(service, access, listen_host, open_connections=None):
     """The ASGI app of a started `mtx.serving.service.Service`: FastAPI with the layers in front
     (module docstring), inside `Outermost`. When the server stops, the service stops its model
-    thread off the event loop, by the deadline its `close` set. ``token``, ``hosts``:
-    `mtx.serving.access`; ``open_connections()``: how many the server has open (/health)."""
+    thread off the event loop, by the deadline its `close` set. ``access``: the settings of
+    `mtx.serving.access`, for a server on ``listen_host``; ``open_connections()``: how many
+    connections the server has open (/health)."""
     @asynccontextmanager
     async def lifespan(app):
         yield
@@ -93,7 +94,7 @@ def create_app(service, token=None, hosts=None, open_connections=None):
     app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes, seconds=limits.body_seconds,
                        stop_deadline=lambda: service.answer_by)
     app.add_middleware(Admission, service=service, max_requests=limits.max_connections)
-    app.add_middleware(AccessCheck, token=token, hosts=hosts)  # before any other work
+    app.add_middleware(AccessCheck, access=access, listen_host=listen_host)  # before any work
     app.add_middleware(HeadCheck, max_bytes=limits.max_header_bytes,
                        max_fields=limits.max_headers)
     add_error_handlers(app)
@@ -109,8 +110,8 @@ def add_error_handlers(app):
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, err: Exception):
-        log.error("internal error in %s %s", request.method, printable(request.scope["path"]),
-                  exc_info=(type(err), err, err.__traceback__))
+        log.error("internal error in %s %s\n%s", request.method, printable(request.scope["path"]),
+                  printable_traceback(err))
         return error(500, f"internal error ({type(err).__name__}); this is a bug, please report "
                           f"it with the server's log")
 

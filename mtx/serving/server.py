@@ -148,7 +148,7 @@ def serve(service, sock, shutdown_seconds, access):
     limits = service.limits
     guard = Guard(limits.max_connections, limits.head_seconds, limits.write_seconds,
                   limits.max_header_bytes)
-    app = create_app(service, access.token, access.hosts(host), lambda: len(guard.open))
+    app = create_app(service, access, host, lambda: len(guard.open))
     trusted = list(access.trusted_proxies)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level="warning",
                             access_log=False, lifespan="on", http=protocol_class(guard),
