@@ -6,16 +6,22 @@
   a request-smuggling pattern: RFC 9112 6.1) gets 400 and the connection is closed.
 
 - Requests at once: at most ``limits.max_connections`` in the app (pipelined ones too: each is
-  in the app from its head to its last byte written); more get 503 with Retry-After, as JSON.
+  in the app from its head to its last byte written), and of them at most a share
+  (``limits.client_share``) from one client (an IPv4 address or IPv6 /64:
+  `mtx.serving.tokens.client_key`), so that one client's slow bodies or slow reads cannot hold
+  them all; more get 503 with Retry-After, as JSON.
   The probes (``Route.probe`` in `mtx.serving.routes`) are always answered: they cost nothing
   and an orchestrator must see a busy server as alive.
 - The model's work (the routes that take a body): refused with 503 and Retry-After before the
   body is read, parsed or tokenized when the queue is full, the server is stopping or the model
   thread has died or is stuck (`Service.refusal`).
 """
+import collections
+
 from ..runs import faults
 from .answers import json_answer
 from .routes import route_of
+from .tokens import client_key
 
 
 class HeadCheck:
@@ -55,9 +61,11 @@ def head_refusal(headers, target_bytes, max_bytes, max_fields):
 class Admission:
     """ASGI middleware over the app of ``service`` (`mtx.serving.service.Service`)."""
 
-    def __init__(self, app, service, max_requests):
+    def __init__(self, app, service, max_requests, client_share):
         self.app, self.service, self.max_requests = app, service, max_requests
+        self.most_per_client = max(1, int(max_requests * client_share))
         self.in_flight = 0
+        self.by_client = collections.Counter()  # client_key -> its requests in the app
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -66,10 +74,13 @@ class Admission:
         route = route_of(scope)
         if route is not None and route.probe:
             return await self.app(scope, receive, send)
-        refusal = None
+        refusal, client = None, client_key(scope["client"][0] if scope.get("client") else None)
         if self.in_flight >= self.max_requests:
             refusal = (f"the server is answering {self.in_flight} requests already "
                        f"(limits.max_connections); try again shortly")
+        elif self.by_client[client] >= self.most_per_client:
+            refusal = (f"the server is answering {self.by_client[client]} requests from this "
+                       f"client already, its share (limits.client_share); try again shortly")
         elif route is not None and route.body:
             reason = self.service.refusal()
             refusal = reason and f"{reason}; try again later"
@@ -77,7 +88,11 @@ class Admission:
             retry = str(self.service.jobs.retry_after()).encode()
             return await json_answer(503, refusal, [(b"retry-after", retry)])(send)
         self.in_flight += 1
+        self.by_client[client] += 1
         try:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+            self.by_client[client] -= 1
+            if not self.by_client[client]:
+                del self.by_client[client]

@@ -32,6 +32,7 @@ from .answers import Outermost, RequestError, error, printable, printable_traceb
 from .bodies import AttentionBody, TranslateBody, validation_message
 from .intake import BodyCheck, parsed_body
 from .routes import ROUTES, listing
+from .tokens import client_key
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,9 @@ async def client_gone(request):
 
 
 def client_address(request):
-    """The client's address (behind a proxy on this machine: the one it forwards)."""
-    return request.client.host if request.client else None
+    """Who the client is (behind a trusted proxy: the one it forwards), counted as
+    `mtx.serving.tokens.client_key` counts it."""
+    return client_key(request.client.host if request.client else None)
 
 
 def page_html():
@@ -93,7 +95,8 @@ def create_app(service, access, listen_host, open_connections=None):
     limits = service.limits
     app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes, seconds=limits.body_seconds,
                        stop_deadline=lambda: service.answer_by)
-    app.add_middleware(Admission, service=service, max_requests=limits.max_connections)
+    app.add_middleware(Admission, service=service, max_requests=limits.max_connections,
+                       client_share=limits.client_share)
     app.add_middleware(AccessCheck, access=access, listen_host=listen_host)  # before any work
     app.add_middleware(HeadCheck, max_bytes=limits.max_header_bytes,
                        max_fields=limits.max_headers)

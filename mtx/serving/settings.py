@@ -51,8 +51,9 @@ class Limits:
                                            "restarts the server)")
     max_queue_work: int = setting(65536, "work waiting for the model, 1 or more (more: 503 with "
                                          "Retry-After)", low=1)
-    client_share: float = setting(0.5, "the share of the queue's requests and work one client "
-                                       "address may hold, above 0, at most 1 (1: no per-client "
+    client_share: float = setting(0.5, "the share of the requests at once and of the queue's "
+                                       "requests and work one client (an IPv4 address, an IPv6 "
+                                       "/64) may hold, above 0, at most 1 (1: no per-client "
                                        "limit)", above=0, high=1)
 
     def __post_init__(self):
