@@ -15,6 +15,7 @@ import fastapi  # noqa: F401  the serve extra, which make install installs
 from servers import (closed_by_server, connect, exchange, get, post, served, start_server,  # noqa: E402
                      timed)
 
+from mtx.serving.access import PROXY_HEADERS
 from mtx.serving.routes import ROUTES
 
 HEAD_SECONDS = 3
@@ -214,3 +215,10 @@ def test_each_route_is_answered_by_the_handler_its_row_names():
     assert all(route.session for route in ROUTES if route.handler is None)
     defined = {name for name in vars(Handlers) if not name.startswith("_")}
     assert sorted(named) == sorted(defined)
+
+
+def test_the_nginx_example_sets_exactly_the_headers_mtx_serve_reads_from_a_proxy():
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text()
+    example = docs.split("## In production", 1)[1].split("```nginx", 1)[1].split("```", 1)[0]
+    set_by_nginx = {name.lower() for name in re.findall(r"proxy_set_header\s+(\S+)", example)}
+    assert set_by_nginx == {"host", *(name.decode() for name in PROXY_HEADERS)}

@@ -38,7 +38,9 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 EVERY_ADDRESS = ("0.0.0.0", "::", "")
 COOKIE = "mtx_session"
 AUTHORIZED = "mtx.authorized"  # scope key: the request carries the token (or none is needed)
-FORWARDING_HEADERS = (b"x-forwarded-for", b"x-forwarded-proto", b"forwarded")
+# what mtx-serve believes from a proxy in access.trusted_proxies (uvicorn's proxy headers), as
+# docs/serving.md's nginx example sets them; Forwarded (RFC 7239) is not read, but says a proxy
+PROXY_HEADERS = (b"x-forwarded-for", b"x-forwarded-proto")
 log = logging.getLogger(__name__)
 
 
@@ -127,7 +129,7 @@ class AccessCheck:
                 await send({"type": "websocket.close", "code": 1008})  # 403 before a handshake
             return None
         headers = dict(scope["headers"])
-        if self.warn_forwarding and any(name in headers for name in FORWARDING_HEADERS):
+        if self.warn_forwarding and any(name in headers for name in (*PROXY_HEADERS, b"forwarded")):
             self.warn_forwarding = False
             log.warning("a request came through a proxy (X-Forwarded-For or the like, from %s) "
                         "and access.trusted_proxies is empty: every client behind it counts as "
