@@ -139,6 +139,22 @@ def test_a_session_cookie_says_nothing_about_the_token(guarded):
     assert request(guarded.url, "GET", "/info", headers={"Cookie": f"mtx_session={value}"})[0] == 200
 
 
+def test_sign_ins_pass_between_servers_that_share_a_session_key_and_no_others(guarded, toy_run):
+    key = "s3ssion-key-for-the-tests-0123456789"
+    first, second = (start_server(toy_run, f"access.token={TOKEN}", f"access.session_key={key}")
+                     for _ in range(2))
+    try:
+        cookie = {"Cookie": _login(first.url, BEARER)[1].split(";")[0]}
+        assert request(second.url, "GET", "/info", headers=cookie)[0] == 200
+        # a server with the same token and its own random key signed this one
+        elsewhere = {"Cookie": _login(guarded.url, BEARER)[1].split(";")[0]}
+        assert request(guarded.url, "GET", "/info", headers=elsewhere)[0] == 200
+        assert request(first.url, "GET", "/info", headers=elsewhere)[0] == 401
+    finally:
+        assert first.stop() == 0 and second.stop() == 0
+    assert not any(key in line for line in first.log + second.log)
+
+
 def test_a_proxy_header_at_a_server_beyond_loopback_without_trusted_proxies_warns_once(toy_run):
     process = start_server(toy_run, "host=0.0.0.0", f"access.token={TOKEN}")
     try:
@@ -190,6 +206,10 @@ def test_a_token_easy_to_guess_is_refused_at_start_in_one_line(toy_run, token):
 def test_access_settings_refuse_weak_tokens_and_proxies_that_are_not_addresses():
     with pytest.raises(ConfigError, match="access.token is too easy to guess"):
         Access(token="x" * 40)
+    with pytest.raises(ConfigError, match="access.session_key is too easy to guess"):
+        Access(token=TOKEN, session_key="y" * 40)
+    with pytest.raises(ConfigError, match="access.session_key is the token"):
+        Access(token=TOKEN, session_key=TOKEN)
     with pytest.raises(ConfigError, match="access.trusted_proxies: 'proxy.local' is not an"):
         Access(trusted_proxies=["127.0.0.1", "proxy.local"])
     assert Access(trusted_proxies=["10.0.0.0/8", "::1"]).trusted_proxies == ["10.0.0.0/8", "::1"]

@@ -58,13 +58,22 @@ class Access:
     trusted_proxies: List[str] = setting([], "addresses (or networks) whose X-Forwarded-For/"
                                              "-Proto are believed, e.g. [127.0.0.1] behind a "
                                              "local proxy")
+    session_key: Optional[str] = setting(None, "a random secret (or MTX_SERVE_SESSION_KEY) that "
+                                               "signs the page's sign-in cookies, so they outlast "
+                                               "a restart and pass between servers that share "
+                                               "it; null: a random key per process",
+                                         secret=True)
 
     def __post_init__(self):
         if self.token is not None and not re.fullmatch(r"[A-Za-z0-9._~+/=-]+", self.token):
             raise ConfigError("access.token has characters other than letters, digits and "
                               "._~+/=-: give a token such as secrets.token_urlsafe() makes")
-        if self.token is not None and token_problem(self.token):
-            raise ConfigError(token_problem(self.token))
+        for name, secret in (("token", self.token), ("session_key", self.session_key)):
+            if secret is not None and token_problem(secret, f"access.{name}"):
+                raise ConfigError(token_problem(secret, f"access.{name}"))
+        if self.session_key is not None and self.session_key == self.token:
+            raise ConfigError("access.session_key is the token: give a secret of its own (a "
+                              "cookie would otherwise allow guessing the token offline)")
         if self.allowed_hosts is not None and not self.allowed_hosts:
             raise ConfigError("access.allowed_hosts=[] answers no one: list host names, or null "
                               "for the loopback names")
@@ -117,7 +126,7 @@ class AccessCheck:
 
     def __init__(self, app, access, listen_host):
         self.app, self.hosts = app, access.hosts(listen_host)
-        self.sessions = Sessions(access.token) if access.token else None
+        self.sessions = Sessions(access.token, access.session_key) if access.token else None
         self.throttle = Throttle()
         self.warn_forwarding = not is_loopback(listen_host) and not access.trusted_proxies
 

@@ -7,9 +7,10 @@ throttle of wrong tokens.
   about 190 by that count.
 - A session cookie is ``<expiry>.<nonce>.<HMAC of both>``, parsed strictly (ASCII digits,
   lowercase hex, fixed lengths): anything else is no session, never an error. The HMAC's key is
-  random, made when the server starts, not the token: a captured cookie tells nothing about the
-  token (no offline guessing), and a restart signs every page out. Signing out revokes its nonce
-  until its expiry.
+  never the token, so a captured cookie tells nothing about it (no offline guessing): it is
+  ``access.session_key`` when set (cookies then outlast a restart and pass between servers that
+  share it), else random, made when the server starts (a restart signs every page out).
+  Signing out revokes its nonce until its expiry.
 - Wrong tokens are counted per client (`client_key`: an IPv4 address, an IPv6 /64): past
   `MAX_WRONG` in `WRONG_WINDOW` seconds, every token from that client is refused (429) until the
   window ends, the right one too, so the refusal tells a guesser nothing.
@@ -45,14 +46,14 @@ def _bits(items):
     return max(0.0, -sum(n * math.log2(n / len(items)) for n in counts.values()))
 
 
-def token_problem(token):
-    """Why ``token`` is too easy to guess (one line), or None."""
+def token_problem(token, name="access.token"):
+    """Why ``token`` (the setting ``name``) is too easy to guess (one line), or None."""
     hint = "e.g. python -c 'import secrets; print(secrets.token_urlsafe())'"
     if len(token) < MIN_TOKEN_CHARS:
-        return f"access.token is {len(token)} characters: give at least {MIN_TOKEN_CHARS} ({hint})"
+        return f"{name} is {len(token)} characters: give at least {MIN_TOKEN_CHARS} ({hint})"
     bits = token_bits(token)
     if bits < MIN_TOKEN_BITS:
-        return (f"access.token is too easy to guess (about {bits:.0f} bits by the variety of its "
+        return (f"{name} is too easy to guess (about {bits:.0f} bits by the variety of its "
                 f"characters; at least {MIN_TOKEN_BITS}): give a random one ({hint})")
     return None
 
@@ -60,9 +61,10 @@ def token_problem(token):
 class Sessions:
     """The token, and the session cookies that stand for it (module docstring)."""
 
-    def __init__(self, token):
+    def __init__(self, token, key=None):
         self._token = token.encode()
-        self._key = secrets.token_bytes(32)  # this process's, never written anywhere
+        # access.session_key, or this process's own, never written anywhere
+        self._key = secrets.token_bytes(32) if key is None else key.encode()
         self._revoked = collections.OrderedDict()  # nonce -> expiry
 
     def matches(self, given):
