@@ -158,7 +158,11 @@ class GuardedH11(H11Protocol):
     def send_400_response(self, msg):
         """A request h11 refused: a head over ``max_header_bytes`` (431) or bad syntax (400),
         answered as the service answers (JSON, written here: h11 is in its error state), then
-        the connection is closed."""
+        the connection is closed (only closed, when an answer has begun already)."""
+        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            self.transport.close()
+            self._write_deadline()
+            return
         unparsed = self.conn.trailing_data[0]  # at most twice the limit (`_feed`)
         if len(unparsed) > self.guard.max_header_bytes and b"\r\n\r\n" not in unparsed:
             status, message = 431, (f"the request line and headers are over "
