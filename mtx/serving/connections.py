@@ -14,43 +14,29 @@ Here each connection is in one of two states:
 - *in a request*: the app has it; its body has ``limits.body_seconds`` (`mtx.serving.app`) and its
   answer ``limits.request_seconds``. Requests at once are the app's to limit (`Admission`).
 
-A head is handed to h11 at most ``max_header_bytes`` at a time (asyncio reads up to 256 KiB at
-once, and h11 would parse all of it), so h11 parses at most twice the limit of a head before it
-is refused (431); bytes after a complete request wait unparsed until its answer is done
-(pipelining). No protocol upgrade is made: a request with ``Upgrade`` (WebSocket, h2c) is
-answered as plain HTTP/1.1, through every check of the app (RFC 9110 7.8 lets a server ignore
-it), and nothing is logged for it.
-
 Idle keep-alive connections are closed after ``keepalive_seconds`` (uvicorn's timer). And answers
 have a write deadline: while a connection's send buffer is full (the client does not read, e.g.
 while it pipelines requests), it must take some of it within ``write_seconds``, and a connection
 being closed must take what is left within ``write_seconds``; else it is dropped (aborted), its
 request leaves the app and its slots are free. (uvicorn waits for a full buffer to drain with no
-timer, and closing a transport waits for its buffer to be written.) The HTTP implementation is
-pinned to h11; an invalid request gets the service's JSON answer, not uvicorn's plain text.
+timer, and closing a transport waits for its buffer to be written.) What h11 is given to parse,
+upgrades and invalid requests: `mtx.serving.parsing`.
 """
-import http
-import json
 import logging
 import time
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
-
-from .answers import SECURITY_HEADERS
+from .parsing import PacedH11
 
 log = logging.getLogger(__name__)
 HARD_LIMIT_FACTOR = 2  # connections all in requests: newcomers are closed beyond twice the limit
-# h11's states of a client whose request is complete and not yet answered: what comes after waits
-REQUEST_COMPLETE = (h11.DONE, h11.MUST_CLOSE, h11.MIGHT_SWITCH_PROTOCOL)
 
 
 class Guard:
     """The settings and the open connections of one server (shared by its protocols)."""
 
-    def __init__(self, max_connections, head_seconds, write_seconds, max_header_bytes):
+    def __init__(self, max_connections, head_seconds, write_seconds):
         self.max_connections, self.head_seconds = max_connections, head_seconds
-        self.write_seconds, self.max_header_bytes = write_seconds, max_header_bytes
+        self.write_seconds = write_seconds
         self.open = set()   # every GuardedH11 connection now open
         self.closed_idle = 0  # closed for room or past their head deadline
 
@@ -75,9 +61,9 @@ class Guard:
             newcomer.close_idle("every connection is in a request")
 
 
-class GuardedH11(H11Protocol):
-    """uvicorn's h11 protocol under a `Guard` (the class attribute ``guard``, set by
-    `protocol_class`)."""
+class GuardedH11(PacedH11):
+    """uvicorn's h11 protocol, paced (`PacedH11`), under a `Guard` (the class attributes
+    ``guard`` and ``max_header_bytes``, set by `protocol_class`)."""
     guard: Guard = None
 
     def __init__(self, *args, **kwargs):
@@ -86,7 +72,6 @@ class GuardedH11(H11Protocol):
         self._head_timer = None
         self._write_timer = None    # the write deadline, while one runs
         self._known_cycle = None
-        self._unread = bytearray()  # received, not yet handed to h11 (`_feed`)
 
     def connection_made(self, transport):
         super().connection_made(transport)
@@ -103,29 +88,11 @@ class GuardedH11(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data):
-        self._unread += data
-        self._feed()
+        super().data_received(data)
         self._note_new_request()
-
-    def _feed(self):
-        """Hand h11 what has been received, ``max_header_bytes`` at a time, and nothing more
-        once a request is complete (the rest waits for its answer: `on_response_complete`)."""
-        step = self.guard.max_header_bytes
-        while self._unread and not self.transport.is_closing():
-            if self.conn.their_state in REQUEST_COMPLETE:
-                self.flow.pause_reading()
-                return
-            piece = bytes(self._unread[:step])
-            del self._unread[:step]
-            super().data_received(piece)
-
-    def _should_upgrade(self):
-        return False  # never, and nothing logged (module docstring)
 
     def on_response_complete(self):
         super().on_response_complete()  # may start a pipelined request at once
-        if not self.transport.is_closing():
-            self._feed()
         if self.transport.is_closing():
             self._write_deadline()
         elif not self._note_new_request():
@@ -156,26 +123,7 @@ class GuardedH11(H11Protocol):
             self.transport.abort()
 
     def send_400_response(self, msg):
-        """A request h11 refused: a head over ``max_header_bytes`` (431) or bad syntax (400),
-        answered as the service answers (JSON, written here: h11 is in its error state), then
-        the connection is closed (only closed, when an answer has begun already)."""
-        if self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-            self.transport.close()
-            self._write_deadline()
-            return
-        unparsed = self.conn.trailing_data[0]  # at most twice the limit (`_feed`)
-        if len(unparsed) > self.guard.max_header_bytes and b"\r\n\r\n" not in unparsed:
-            status, message = 431, (f"the request line and headers are over "
-                                    f"{self.guard.max_header_bytes} bytes "
-                                    f"(limits.max_header_bytes)")
-        else:
-            status, message = 400, "invalid HTTP request (bad syntax)"
-        body = json.dumps({"error": message}).encode()
-        head = [b"HTTP/1.1 %d %s" % (status, http.HTTPStatus(status).phrase.encode()),
-                b"content-type: application/json", b"content-length: %d" % len(body),
-                b"connection: close", *(name + b": " + value for name, value in SECURITY_HEADERS)]
-        self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
-        self.transport.close()
+        super().send_400_response(msg)
         self._write_deadline()
 
     def close_idle(self, why):
@@ -217,6 +165,8 @@ class GuardedH11(H11Protocol):
             self._head_timer = None
 
 
-def protocol_class(guard):
-    """A `GuardedH11` class with its own `Guard` (one per server)."""
-    return type("GuardedH11", (GuardedH11,), {"guard": guard})
+def protocol_class(guard, max_header_bytes):
+    """A `GuardedH11` class with its own `Guard` (one per server) and heads of at most
+    ``max_header_bytes``."""
+    return type("GuardedH11", (GuardedH11,), {"guard": guard,
+                                              "max_header_bytes": max_header_bytes})

@@ -146,12 +146,12 @@ def serve(service, sock, shutdown_seconds, access):
         log.warning("serving on %s without a token (access.open_without_token=true): anyone "
                     "who reaches this address can use it", host)
     limits = service.limits
-    guard = Guard(limits.max_connections, limits.head_seconds, limits.write_seconds,
-                  limits.max_header_bytes)
+    guard = Guard(limits.max_connections, limits.head_seconds, limits.write_seconds)
     app = create_app(service, access, host, lambda: len(guard.open))
     trusted = list(access.trusted_proxies)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level="warning",
-                            access_log=False, lifespan="on", http=protocol_class(guard),
+                            access_log=False, lifespan="on",
+                            http=protocol_class(guard, limits.max_header_bytes),
                             ws="none",  # no WebSocket route: an upgrade is plain HTTP here
                             h11_max_incomplete_event_size=limits.max_header_bytes,
                             timeout_keep_alive=limits.keepalive_seconds,
