@@ -83,6 +83,16 @@ def _until_closed(sock):
         data += chunk
 
 
+def test_invalid_and_oversized_heads_by_the_hundred_leave_no_line_in_the_log(server):
+    before = len(server.log)
+    for i in range(100):
+        raw = (b"GET / HTTP/1.1\r\nHost 127.0.0.1\r\n\r\n" if i % 2 else
+               b"GET / HTTP/1.1\r\nX-Big: " + b"a" * (3 * LIMIT) + b"\r\n\r\n")
+        assert exchange(server.url, raw)[0] in (400, 431)
+    assert _health(server.url)["status"] == "ok"
+    assert server.log[before:] == []
+
+
 def test_too_many_header_fields_get_431_naming_the_limit(server):
     fields = b"".join(b"X-%d: a\r\n" % i for i in range(101))  # 1 KB: within the bytes
     status, _, body = exchange(server.url, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"

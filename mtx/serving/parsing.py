@@ -10,9 +10,12 @@
   the app (RFC 9110 7.8 lets a server ignore it), and nothing is logged for it.
 - A request h11 refuses gets the service's JSON answer with the security headers (431 for a head
   over the limit, 400 for bad syntax), not uvicorn's plain text, and the connection is closed.
+  Nothing is logged for it (uvicorn warns once per invalid request: any client could fill the
+  log with them); the protocol's errors (an exception in the app) are logged as before.
 """
 import http
 import json
+import logging
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -21,6 +24,9 @@ from .answers import SECURITY_HEADERS
 
 # h11's states of a client whose request is complete and not yet answered: what comes after waits
 REQUEST_COMPLETE = (h11.DONE, h11.MUST_CLOSE, h11.MIGHT_SWITCH_PROTOCOL)
+# uvicorn's protocol logger, for the paced protocol: its errors only (module docstring)
+ERRORS_ONLY = logging.getLogger(__name__ + ".h11")
+ERRORS_ONLY.setLevel(logging.ERROR)  # (and uvicorn's per-connection trace lines not even made)
 
 
 class PacedH11(H11Protocol):
@@ -30,6 +36,7 @@ class PacedH11(H11Protocol):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.logger = ERRORS_ONLY
         self._unread = bytearray()  # received, not yet handed to h11 (`_feed`)
 
     def data_received(self, data):
