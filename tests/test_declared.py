@@ -31,7 +31,8 @@ WITH = {"data.train": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "da
 EXAMPLE = {"model.heads_per_layer": [2] * 9, "access.token": secrets.token_urlsafe(),
            "train.devices": ["cpu:0"], "access.allowed_hosts": ["example.org"],
            "access.trusted_proxies": ["10.0.0.0/8"], "data.name": "files", "target_heads": 9,
-           "data.bleu_tokenize": "char", "data.train_weights": [2.0], "data.train_tags": ["<bt>"]}
+           "data.bleu_tokenize": "char", "data.train_weights": [2.0], "data.train_tags": ["<bt>"],
+           "access.session_key": secrets.token_urlsafe()}
 
 
 def _another_value(f, default):

@@ -142,6 +142,21 @@ def test_attention_is_compact_json(guarded):
     assert weights and all(len(repr(w).partition(".")[2]) <= 3 for w in weights)
 
 
+def test_attention_json_written_a_head_at_a_time_is_the_whole_answer_s_json():
+    import numpy
+    from mtx.serving.engine import attention_json, compact_json
+    rng = numpy.random.default_rng(0)
+    layers = [{"row": a, "name": f"enc{a} self", "kind": "self", "layer": a, "queries": "source",
+               "keys": "source", "weights": rng.random((heads, 5, 7)).round(3)}
+              for a, heads in enumerate((4, 2, 1))]  # a pruned layer has fewer heads
+    answer = {"translation": "w3 w2 w1", "score": -0.5, "source": ["w1", "</s>"],
+              "target": ["<s>", "w3"], "layers": layers}
+    whole = {**answer, "layers": [{**layer, "weights": layer["weights"].tolist()}
+                                  for layer in layers]}
+    assert attention_json(answer) == compact_json(whole)
+    assert json.loads(attention_json(answer)) == whole
+
+
 def test_info_names_no_path_of_the_machine(guarded, toy_run):
     info = request(guarded.url, "GET", "/info", headers=with_token())[1]
     assert str(toy_run.resolve().parent) not in json.dumps(info)

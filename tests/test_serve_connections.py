@@ -13,7 +13,7 @@ import pytest
 
 import fastapi  # noqa: F401  the serve extra, which make install installs
 from servers import (MTX_SERVE, TOY_DECODE, closed_by_server, connect, get, post,  # noqa: E402
-                     start_server)
+                     start_server, until)
 
 LIMIT = 8           # limits.max_connections of the server below
 HEAD_SECONDS = 3    # limits.head_seconds
@@ -71,8 +71,8 @@ def test_idle_and_trickling_clients_beyond_the_limit_neither_lock_out_others_nor
 def test_requests_beyond_the_limit_get_json_503_with_retry_after_and_probes_stay_answered(small):
     slow = []
     try:
-        for _ in range(LIMIT):  # in requests: headers in, their bodies never come
-            sock = connect(small.url)
+        for i in range(LIMIT):  # in requests: headers in, their bodies never come; each from
+            sock = connect(small.url, source=f"127.0.1.{i + 1}")  # its own client (its share)
             sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                          b"application/json\r\nContent-Length: 100\r\n\r\n{")
             slow.append(sock)
@@ -86,6 +86,27 @@ def test_requests_beyond_the_limit_get_json_503_with_retry_after_and_probes_stay
     finally:
         for sock in slow:
             sock.close()
+
+
+def test_one_client_holds_at_most_its_share_of_the_requests_at_once(small):
+    """limits.client_share (half) of limits.max_connections: a client's slow bodies hold no
+    more, and another client is still served."""
+    slow = []
+    try:
+        for _ in range(LIMIT // 2):
+            sock = connect(small.url, source="127.0.2.1")
+            sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: 100\r\n\r\n{")
+            slow.append(sock)
+        time.sleep(0.5)
+        status, data, _ = post(small.url, "/translate", SENTENCE, source="127.0.2.1")
+        assert status == 503 and "limits.client_share" in data["error"]
+        assert post(small.url, "/translate", SENTENCE, source="127.0.2.2")[0] == 200
+    finally:
+        for sock in slow:
+            sock.close()
+    assert until(lambda: post(small.url, "/translate", SENTENCE, source="127.0.2.1")[0] == 200,
+                 within=10)
 
 
 def test_the_refusal_carries_retry_after(small):

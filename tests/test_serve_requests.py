@@ -15,6 +15,7 @@ import fastapi  # noqa: F401  the serve extra, which make install installs
 from servers import (closed_by_server, connect, exchange, get, post, served, start_server,  # noqa: E402
                      timed)
 
+from mtx.serving.access import PROXY_HEADERS
 from mtx.serving.routes import ROUTES
 
 HEAD_SECONDS = 3
@@ -57,6 +58,25 @@ def test_a_body_made_to_be_slow_to_check_is_refused_at_once_and_health_answers_m
     status, data, _ = outcome["answer"]
     assert status == 422 and "not valid JSON" in data["error"] and outcome["seconds"] < QUICK
     assert post(server.url, "/translate", SENTENCE)[0] == 200
+
+
+STRING, NUMBER, EXTRA = ("Input should be a valid string", "Input should be a valid number",
+                         "Extra inputs are not permitted")
+
+
+@pytest.mark.parametrize("body, status, message", [
+    # 64 KB of wrong items: the count before the items, each list stops at its first wrong one
+    ({"text": [1] * 32000}, 413, "text has 32000 sentences; give at most 64 per request"),
+    ({"text": ["a"] + [1] * 60}, 422, f"text[1]: {STRING}"),
+    ({"text": ["a"], "gates": [[1, "x"] * 100] * 30}, 422, f"gates[0][1]: {NUMBER}"),
+    ({f"k{i}": 1 for i in range(6000)}, 422,
+     f"k0: {EXTRA}; k1: {EXTRA}; k2: {EXTRA}; and 5997 more"),
+])
+def test_a_body_of_many_wrong_items_gets_one_short_error(server, body, status, message):
+    compact = json.dumps(body, separators=(",", ":")).encode()  # within limits.max_body_bytes
+    got, data, _ = post(server.url, "/translate", compact,
+                        headers={"Content-Type": "application/json"})
+    assert (got, data["error"]) == (status, message)
 
 
 @pytest.mark.parametrize("method, path, status", [
@@ -122,9 +142,10 @@ def test_two_content_types_are_refused(server):
 
 
 def test_a_newline_in_a_path_forges_no_log_line(toy_run):
-    """A bug in the app (injected: MTX_KILL_AT=request:1:RAISE) is logged with the request's
-    path: a %0A (or another control character) in it stays inside that one line. The client
-    gets one JSON 500 with the security headers, the log one traceback."""
+    """A bug in the app (injected: MTX_KILL_AT=request:1:RAISE, whose message quotes the path)
+    is logged with the request's path: a %0A (or another control character) in it stays inside
+    its line, in the traceback's message too. The client gets one JSON 500 with the security
+    headers, the log one traceback."""
     process = start_server(toy_run, env={**os.environ, "MTX_KILL_AT": "request:1:RAISE"})
     try:
         status, head, body = exchange(process.url, b"GET /info%0A[INFO]%20forged%0D%0B%1B[2J "
@@ -136,8 +157,10 @@ def test_a_newline_in_a_path_forges_no_log_line(toy_run):
         assert process.stop() == 0
     assert not any(line.startswith("[INFO] forged") for line in process.log), process.log
     logged = [line for line in process.log if "forged" in line]
-    assert len(logged) == 1
-    assert "internal error in GET /info\\n[INFO] forged\\r\\x0b\\x1b[2J" in logged[0], logged
+    assert len(logged) == 2 and all("/info\\n[INFO] forged\\r\\x0b\\x1b[2J" in line
+                                    for line in logged), logged
+    assert logged[0].startswith("[ERROR] internal error in GET /info")
+    assert logged[1].startswith("InjectedFault: MTX_KILL_AT=request:1:RAISE at /info"), logged
     assert sum("Traceback" in line for line in process.log) == 1, process.log
 
 
@@ -182,3 +205,20 @@ def test_the_docs_name_the_routes_of_the_code():
     table = docs.split("## The API", 1)[1].split("\n\n", 2)[1]
     documented = set(re.findall(r"^\| `(GET|POST) (/\S*?)`", table, flags=re.M))
     assert documented == {(route.method, route.path) for route in ROUTES}
+
+
+def test_each_route_is_answered_by_the_handler_its_row_names():
+    """The route table is the one list: each row names its handler (the sign-in's are answered
+    in front of the app), and the app has no handler that no row names."""
+    from mtx.serving.app import Handlers
+    named = [route.handler for route in ROUTES if route.handler is not None]
+    assert all(route.session for route in ROUTES if route.handler is None)
+    defined = {name for name in vars(Handlers) if not name.startswith("_")}
+    assert sorted(named) == sorted(defined)
+
+
+def test_the_nginx_example_sets_exactly_the_headers_mtx_serve_reads_from_a_proxy():
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text()
+    example = docs.split("## In production", 1)[1].split("```nginx", 1)[1].split("```", 1)[0]
+    set_by_nginx = {name.lower() for name in re.findall(r"proxy_set_header\s+(\S+)", example)}
+    assert set_by_nginx == {"host", *(name.decode() for name in PROXY_HEADERS)}

@@ -3,6 +3,8 @@ on a free loopback port, serving the toy run): session cookies that are not numb
 throttled per client address (other loopback addresses are other clients), X-Forwarded-For
 believed only from a trusted proxy, signing out, a weak token refused at start, and the sign-in
 refused from another site's page."""
+import hashlib
+import hmac
 import http.client
 import os
 import subprocess
@@ -11,11 +13,11 @@ from urllib.parse import urlparse
 import pytest
 
 import fastapi  # noqa: F401  the serve extra, which make install installs
-from servers import MTX_SERVE, TOY_DECODE, exchange, request, served  # noqa: E402
+from servers import MTX_SERVE, TOY_DECODE, exchange, request, served, start_server  # noqa: E402
 
 from mtx.errors import ConfigError
 from mtx.serving.access import Access
-from mtx.serving.tokens import MAX_WRONG
+from mtx.serving.tokens import MAX_WRONG, Throttle, client_key
 
 TOKEN = "t0ken-for-the-tests-0123456789"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -105,6 +107,68 @@ def test_behind_a_trusted_proxy_each_forwarded_client_is_counted_apart(proxied):
                    source="127.0.0.6")[0] == 429
 
 
+def test_an_ipv6_client_is_counted_by_its_64(proxied):
+    """A client that picks a new address of its /64 for each guess is still one client."""
+    for i in range(MAX_WRONG):
+        request(proxied.url, "GET", "/info", headers={**WRONG, "X-Forwarded-For": f"2001:db8::{i}"})
+    assert request(proxied.url, "GET", "/info",
+                   headers={**BEARER, "X-Forwarded-For": "2001:db8::ffff:1"})[0] == 429
+    assert request(proxied.url, "GET", "/info",
+                   headers={**BEARER, "X-Forwarded-For": "2001:db8:0:1::1"})[0] == 200
+
+
+def test_clients_are_ipv4_addresses_and_ipv6_64s():
+    assert client_key("2001:db8::1") == client_key("2001:db8::ffff:ffff:ffff:ffff") == "2001:db8::/64"
+    assert client_key("2001:db8:0:1::1") == "2001:db8:0:1::/64"
+    assert client_key("10.0.0.1") == client_key("::ffff:10.0.0.1") == "10.0.0.1"
+    throttle = Throttle(most=2)
+    throttle.wrong("2001:db8::1")
+    throttle.wrong("2001:db8::2")
+    assert throttle.wait("2001:db8::3") > 0 and throttle.wait("2001:db8:0:1::3") == 0
+
+
+def test_a_session_cookie_says_nothing_about_the_token(guarded):
+    """Its HMAC is under a key of the server's own: a captured cookie allows no offline guessing
+    of the token."""
+    status, cookie = _login(guarded.url, BEARER)
+    value = cookie.split(";")[0].partition("=")[2]
+    expires, nonce, signature = value.split(".")
+    under_token = hmac.new(TOKEN.encode(), b"session:%d:%s" % (int(expires), nonce.encode()),
+                           hashlib.sha256).hexdigest()
+    assert status == 200 and len(signature) == 64 and signature != under_token
+    assert request(guarded.url, "GET", "/info", headers={"Cookie": f"mtx_session={value}"})[0] == 200
+
+
+def test_sign_ins_pass_between_servers_that_share_a_session_key_and_no_others(guarded, toy_run):
+    key = "s3ssion-key-for-the-tests-0123456789"
+    first, second = (start_server(toy_run, f"access.token={TOKEN}", f"access.session_key={key}")
+                     for _ in range(2))
+    try:
+        cookie = {"Cookie": _login(first.url, BEARER)[1].split(";")[0]}
+        assert request(second.url, "GET", "/info", headers=cookie)[0] == 200
+        # a server with the same token and its own random key signed this one
+        elsewhere = {"Cookie": _login(guarded.url, BEARER)[1].split(";")[0]}
+        assert request(guarded.url, "GET", "/info", headers=elsewhere)[0] == 200
+        assert request(first.url, "GET", "/info", headers=elsewhere)[0] == 401
+    finally:
+        assert first.stop() == 0 and second.stop() == 0
+    assert not any(key in line for line in first.log + second.log)
+
+
+def test_a_proxy_header_at_a_server_beyond_loopback_without_trusted_proxies_warns_once(toy_run):
+    process = start_server(toy_run, "host=0.0.0.0", f"access.token={TOKEN}")
+    try:
+        assert request(process.url, "GET", "/health")[0] == 200
+        assert not any("access.trusted_proxies" in line for line in process.log)
+        for _ in range(3):
+            request(process.url, "GET", "/info", headers={**BEARER, "X-Forwarded-For": "10.9.9.9"})
+    finally:
+        assert process.stop() == 0
+    warnings = [line for line in process.log if "access.trusted_proxies is empty" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("[WARNING] a request came through a "
+                                                         "proxy"), process.log
+
+
 def test_signing_out_revokes_the_session(guarded):
     status, cookie = _login(guarded.url, BEARER)
     session = {"Cookie": cookie.split(";")[0]}
@@ -142,6 +206,10 @@ def test_a_token_easy_to_guess_is_refused_at_start_in_one_line(toy_run, token):
 def test_access_settings_refuse_weak_tokens_and_proxies_that_are_not_addresses():
     with pytest.raises(ConfigError, match="access.token is too easy to guess"):
         Access(token="x" * 40)
+    with pytest.raises(ConfigError, match="access.session_key is too easy to guess"):
+        Access(token=TOKEN, session_key="y" * 40)
+    with pytest.raises(ConfigError, match="access.session_key is the token"):
+        Access(token=TOKEN, session_key=TOKEN)
     with pytest.raises(ConfigError, match="access.trusted_proxies: 'proxy.local' is not an"):
         Access(trusted_proxies=["127.0.0.1", "proxy.local"])
     assert Access(trusted_proxies=["10.0.0.0/8", "::1"]).trusted_proxies == ["10.0.0.0/8", "::1"]

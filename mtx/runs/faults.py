@@ -9,8 +9,8 @@ the final checkpoint choice), ``final_translation`` (before translating each tes
 end), ``export_staged`` (a new export whole beside ``output=``, not yet in its place),
 ``export_replaced`` (in its place, the earlier export not yet deleted), ``model_round`` (each
 round of mtx-serve's model thread), ``queue_locked`` (mtx-serve's request queue, its lock held),
-``request`` (each request mtx-serve's app handles). Unset, a point costs one
-dictionary lookup."""
+``request`` (each request mtx-serve's app handles; RAISE quotes its path, as a bug's message
+may quote a request). Unset, a point costs one dictionary lookup."""
 import os
 import signal
 import time
@@ -18,7 +18,7 @@ import time
 _arrivals = {}
 
 
-def point(name):
+def point(name, detail=None):
     target = os.environ.get("MTX_KILL_AT")
     if not target:
         return
@@ -29,7 +29,8 @@ def point(name):
     _arrivals[name] = _arrivals.get(name, 0) + 1
     if _arrivals[name] == int(count or 1):
         if signal_name == "RAISE":  # an error in the thread that reached the point
-            raise InjectedFault(f"MTX_KILL_AT={target}")
+            raise InjectedFault(f"MTX_KILL_AT={target}"
+                                + ("" if detail is None else f" at {detail}"))
         if signal_name.startswith("SLEEP"):  # a thread that is alive but makes no progress
             time.sleep(float(signal_name[len("SLEEP"):]))
             return

@@ -12,19 +12,24 @@
   the page's session cookie (`mtx.serving.tokens`). The page gets that cookie from ``POST
   /login`` with the token in the Authorization header (never in a URL, where proxies and browser
   history keep it): HttpOnly, SameSite=Strict, ``Secure`` when the request came over HTTPS;
-  ``POST /logout`` revokes it. Wrong tokens are throttled per client address (429).
+  ``POST /logout`` revokes it. Wrong tokens are throttled per client (429): an IPv4 address, or
+  an IPv6 /64 (one machine can hold a whole /64: `mtx.serving.tokens.client_key`).
 - Client addresses: the connection's, or behind a proxy listed in ``access.trusted_proxies`` the
-  one it forwards (`mtx.serving.server`); from anyone else X-Forwarded-* are ignored.
+  one it forwards (`mtx.serving.server`); from anyone else X-Forwarded-* are ignored. A server
+  beyond loopback without ``trusted_proxies`` warns once, at the first such header: behind a
+  proxy every client would be the proxy's address, and ten wrong tokens would lock all out.
+- Scopes other than HTTP's (WebSocket) are refused: no route speaks them.
 - Without the token, /health says only whether the service is alive (no traffic counters).
 """
 import ipaddress
+import logging
 import re
 from dataclasses import dataclass
 from typing import List, Optional
 
 from ..errors import ConfigError
 from ..typecheck import setting
-from .answers import json_answer
+from .answers import json_answer, printable
 from .headers import cross_site
 from .routes import route_of
 from .tokens import SESSION_SECONDS, Sessions, Throttle, token_problem
@@ -33,6 +38,10 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 EVERY_ADDRESS = ("0.0.0.0", "::", "")
 COOKIE = "mtx_session"
 AUTHORIZED = "mtx.authorized"  # scope key: the request carries the token (or none is needed)
+# what mtx-serve believes from a proxy in access.trusted_proxies (uvicorn's proxy headers), as
+# docs/serving.md's nginx example sets them; Forwarded (RFC 7239) is not read, but says a proxy
+PROXY_HEADERS = (b"x-forwarded-for", b"x-forwarded-proto")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,13 +58,22 @@ class Access:
     trusted_proxies: List[str] = setting([], "addresses (or networks) whose X-Forwarded-For/"
                                              "-Proto are believed, e.g. [127.0.0.1] behind a "
                                              "local proxy")
+    session_key: Optional[str] = setting(None, "a random secret (or MTX_SERVE_SESSION_KEY) that "
+                                               "signs the page's sign-in cookies, so they outlast "
+                                               "a restart and pass between servers that share "
+                                               "it; null: a random key per process",
+                                         secret=True)
 
     def __post_init__(self):
         if self.token is not None and not re.fullmatch(r"[A-Za-z0-9._~+/=-]+", self.token):
             raise ConfigError("access.token has characters other than letters, digits and "
                               "._~+/=-: give a token such as secrets.token_urlsafe() makes")
-        if self.token is not None and token_problem(self.token):
-            raise ConfigError(token_problem(self.token))
+        for name, secret in (("token", self.token), ("session_key", self.session_key)):
+            if secret is not None and token_problem(secret, f"access.{name}"):
+                raise ConfigError(token_problem(secret, f"access.{name}"))
+        if self.session_key is not None and self.session_key == self.token:
+            raise ConfigError("access.session_key is the token: give a secret of its own (a "
+                              "cookie would otherwise allow guessing the token offline)")
         if self.allowed_hosts is not None and not self.allowed_hosts:
             raise ConfigError("access.allowed_hosts=[] answers no one: list host names, or null "
                               "for the loopback names")
@@ -106,15 +124,26 @@ class AccessCheck:
     """ASGI middleware: the Host allow-list, other sites, the sign-in and the token (module
     docstring), in that order; nothing of the body is read here."""
 
-    def __init__(self, app, token, hosts):
-        self.app, self.hosts = app, hosts
-        self.sessions = Sessions(token) if token else None
+    def __init__(self, app, access, listen_host):
+        self.app, self.hosts = app, access.hosts(listen_host)
+        self.sessions = Sessions(access.token, access.session_key) if access.token else None
         self.throttle = Throttle()
+        self.warn_forwarding = not is_loopback(listen_host) and not access.trusted_proxies
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             return await self.app(scope, receive, send)
+        if scope["type"] != "http":  # no route speaks anything but HTTP (WebSocket is off)
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})  # 403 before a handshake
+            return None
         headers = dict(scope["headers"])
+        if self.warn_forwarding and any(name in headers for name in (*PROXY_HEADERS, b"forwarded")):
+            self.warn_forwarding = False
+            log.warning("a request came through a proxy (X-Forwarded-For or the like, from %s) "
+                        "and access.trusted_proxies is empty: every client behind it counts as "
+                        "that one address (its wrong tokens lock them all out); list the "
+                        "proxy in access.trusted_proxies", printable(client_of(scope)))
         route = route_of(scope)
         refusal = self._refusal(scope, headers, route)
         if refusal is not None:

@@ -7,10 +7,12 @@
   for the server to log) is not logged a second time, and if nothing was answered yet the client
   gets a JSON 500: never uvicorn's plain-text one, never two tracebacks for one bug.
 - Text from a request goes into a log line only through `printable`, so a newline in a path
-  (``%0A``) cannot forge a log line.
+  (``%0A``) cannot forge a log line; a traceback only through `printable_traceback`, which
+  escapes its exceptions' messages (they may quote a request) the same way.
 """
 import json
 import logging
+import traceback
 
 log = logging.getLogger(__name__)
 SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
@@ -52,6 +54,20 @@ def printable(text, most=200):
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text)[:most])
 
 
+def printable_traceback(err):
+    """``err``'s traceback (with the exceptions it came from) for the log: its frames as Python
+    writes them, each exception's message one line by `printable`."""
+    chain, seen = [], set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        chain.append(err)
+        err = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+    return "\n".join("Traceback (most recent call last):\n"
+                     + "".join(traceback.format_tb(e.__traceback__))
+                     + printable(f"{type(e).__qualname__}: {e}", most=1000)
+                     for e in reversed(chain))
+
+
 class Outermost:
     """The ASGI app uvicorn runs, around the FastAPI app (module docstring)."""
 
@@ -74,9 +90,9 @@ class Outermost:
             await send(message)
         try:
             await self.app(scope, receive, send_with_headers)
-        except Exception:  # noqa: BLE001 (one JSON line for the client, one traceback logged)
+        except Exception as err:  # noqa: BLE001 (one JSON line for the client, one traceback)
             if started:  # the app's error handler answered it and logged its traceback
                 return
-            log.error("internal error in %s %s", scope["method"], printable(scope["path"]),
-                      exc_info=True)
+            log.error("internal error in %s %s\n%s", scope["method"], printable(scope["path"]),
+                      printable_traceback(err))
             await json_answer(500, INTERNAL_ERROR)(send_with_headers)

@@ -7,7 +7,8 @@ for a body not sent as application/json, 408 for a body that is too slow, 401/40
 `mtx.serving.access`), 503 with Retry-After when the server is busy or stopping
 (`mtx.serving.admission`), 500 for a bug (its traceback goes to the server's log only, once).
 A request passes, in order: `Outermost` (the security headers; a bug's last catch),
-`AccessCheck` (Host, other sites, token: from the head alone), `Admission` (requests at once,
+`HeadCheck` (the head's size and fields, the body's framing), `AccessCheck` (Host, other sites,
+token: from the head alone; no scope but HTTP's passes), `Admission` (requests at once,
 the queue), `BodyCheck` (the body of a route that takes one, read and parsed once); then the
 route validates the parsed value.
 """
@@ -26,11 +27,12 @@ from starlette.exceptions import HTTPException
 
 from ..errors import MtxError
 from .access import AUTHORIZED, AccessCheck
-from .admission import Admission
-from .answers import Outermost, RequestError, error, printable
+from .admission import Admission, HeadCheck
+from .answers import Outermost, RequestError, error, printable, printable_traceback
 from .bodies import AttentionBody, TranslateBody, validation_message
 from .intake import BodyCheck, parsed_body
 from .routes import ROUTES, listing
+from .tokens import client_key
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,9 @@ async def client_gone(request):
 
 
 def client_address(request):
-    """The client's address (behind a proxy on this machine: the one it forwards)."""
-    return request.client.host if request.client else None
+    """Who the client is (behind a trusted proxy: the one it forwards), counted as
+    `mtx.serving.tokens.client_key` counts it."""
+    return client_key(request.client.host if request.client else None)
 
 
 def page_html():
@@ -70,16 +73,17 @@ async def answer(work):
     except MtxError as err:
         raise RequestError(str(err)) from None
     except Exception as err:  # noqa: BLE001 (one JSON line for the client, the traceback logged)
-        log.error("internal error", exc_info=True)
+        log.error("internal error\n%s", printable_traceback(err))
         raise RequestError(f"internal error ({type(err).__name__}); this is a bug, please report "
                            f"it with the server's log", 500) from None
 
 
-def create_app(service, token=None, hosts=None):
+def create_app(service, access, listen_host, open_connections=None):
     """The ASGI app of a started `mtx.serving.service.Service`: FastAPI with the layers in front
     (module docstring), inside `Outermost`. When the server stops, the service stops its model
-    thread off the event loop, by the deadline its `close` set. ``token``, ``hosts``:
-    `mtx.serving.access`."""
+    thread off the event loop, by the deadline its `close` set. ``access``: the settings of
+    `mtx.serving.access`, for a server on ``listen_host``; ``open_connections()``: how many
+    connections the server has open (/health)."""
     @asynccontextmanager
     async def lifespan(app):
         yield
@@ -92,10 +96,12 @@ def create_app(service, token=None, hosts=None):
     app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes, seconds=limits.body_seconds,
                        stop_deadline=lambda: service.answer_by)
     app.add_middleware(Admission, service=service, max_requests=limits.max_connections,
-                       max_header_bytes=limits.max_header_bytes)
-    app.add_middleware(AccessCheck, token=token, hosts=hosts)  # before any other work
+                       client_share=limits.client_share)
+    app.add_middleware(AccessCheck, access=access, listen_host=listen_host)  # before any work
+    app.add_middleware(HeadCheck, max_bytes=limits.max_header_bytes,
+                       max_fields=limits.max_headers)
     add_error_handlers(app)
-    add_routes(app, service)
+    add_routes(app, service, open_connections)
     return Outermost(app)
 
 
@@ -107,8 +113,8 @@ def add_error_handlers(app):
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, err: Exception):
-        log.error("internal error in %s %s", request.method, printable(request.scope["path"]),
-                  exc_info=(type(err), err, err.__traceback__))
+        log.error("internal error in %s %s\n%s", request.method, printable(request.scope["path"]),
+                  printable_traceback(err))
         return error(500, f"internal error ({type(err).__name__}); this is a bug, please report "
                           f"it with the server's log")
 
@@ -123,52 +129,56 @@ def add_error_handlers(app):
                                       f"{listing()})", getattr(err, "headers", None))
 
 
-def add_routes(app, service):
-    """The handlers of the routes of `mtx.serving.routes` (but the sign-in's, which
-    `mtx.serving.access` answers), answered by ``service``."""
-    handlers = route_handlers(service)
+def add_routes(app, service, open_connections=None):
+    """The routes of `mtx.serving.routes`, each answered by the `Handlers` method its row
+    names (the sign-in's by `mtx.serving.access`)."""
+    handlers = Handlers(service, open_connections)
     for route in ROUTES:
-        if not route.session:
-            app.add_api_route(route.path, handlers.pop(route.path), methods=[route.method],
-                              include_in_schema=False)
-    if handlers:
-        raise RuntimeError(f"handlers of no route in mtx.serving.routes: {sorted(handlers)}")
+        if route.handler is not None:
+            app.add_api_route(route.path, getattr(handlers, route.handler),
+                              methods=[route.method], include_in_schema=False)
 
 
-def route_handlers(service):
-    """{path: async handler(request)} of the routes that the app answers."""
-    html = page_html()
-    policy = page_policy(html)
+class Handlers:
+    """What the app's routes answer, by ``service``; ``open_connections()``: how many the
+    server has open (None: not counted)."""
 
-    async def page(request: Request):
-        return HTMLResponse(html, headers={"Content-Security-Policy": policy,
-                                           "Cache-Control": "no-store"})
+    def __init__(self, service, open_connections=None):
+        self.service, self.open_connections = service, open_connections
+        self.html = page_html()
+        self.policy = page_policy(self.html)
 
-    async def health(request: Request):  # liveness: the process answers, its model thread works
-        status = service.health(counters=request.scope.get(AUTHORIZED, False))
+    async def page(self, request: Request):
+        return HTMLResponse(self.html, headers={"Content-Security-Policy": self.policy,
+                                                "Cache-Control": "no-store"})
+
+    async def health(self, request: Request):  # liveness: the process answers, its model works
+        counters = request.scope.get(AUTHORIZED, False)
+        status = self.service.health(counters=counters)
+        if counters and self.open_connections is not None:
+            status["connections"] = self.open_connections()
         return JSONResponse(status, status_code=503 if status["status"] == "failed" else 200)
 
-    async def ready(request: Request):
-        reason = service.not_ready()
+    async def ready(self, request: Request):
+        reason = self.service.not_ready()
         if reason:
             return error(503, f"not ready: {reason}",
-                         {"Retry-After": str(service.jobs.retry_after())})
+                         {"Retry-After": str(self.service.jobs.retry_after())})
         return JSONResponse({"ready": True})
 
-    async def translate(request: Request):
-        body = parsed_body(request, TranslateBody)
-        return JSONResponse(await answer(service.translate(
+    async def translate(self, request: Request):
+        body = parsed_body(request, TranslateBody, self.service.limits)
+        return JSONResponse(await answer(self.service.translate(
             body, lambda: client_gone(request), client_address(request))))
 
-    async def attention(request: Request):  # its JSON is made in the model thread
-        body = parsed_body(request, AttentionBody)
-        json_bytes = await answer(service.attention(body, lambda: client_gone(request),
-                                                    client_address(request)))
+    async def attention(self, request: Request):  # its JSON is made in the model thread
+        body = parsed_body(request, AttentionBody, self.service.limits)
+        json_bytes = await answer(self.service.attention(body, lambda: client_gone(request),
+                                                         client_address(request)))
         return Response(json_bytes, media_type="application/json")
-    async def info():
-        return service.info
 
-    async def heads():
-        return service.study
-    return {"/": page, "/health": health, "/ready": ready, "/info": info, "/heads": heads,
-            "/translate": translate, "/attention": attention}
+    async def info(self):
+        return self.service.info
+
+    async def heads(self):
+        return self.service.study

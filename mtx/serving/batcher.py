@@ -23,6 +23,7 @@ import time
 from typing import Callable, Optional
 
 from ..runs import faults
+from .answers import printable, printable_traceback
 from .jobs import JobQueue
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,8 @@ class Batcher:
             self._serve()
         except BaseException as err:  # noqa: BLE001 (the thread's end is reported, not lost)
             self.died = err
-            log.critical("the model thread died (%s: %s): refusing all work; the server stops",
-                         type(err).__name__, err, exc_info=True)
+            log.critical("the model thread died (%s): refusing all work; the server stops\n%s",
+                         type(err).__name__, printable_traceback(err))
             self.jobs.close()
             self.jobs.refuse(active_too=True)
 
@@ -149,7 +150,8 @@ class Batcher:
         except Exception as err:  # noqa: BLE001 (each caller gets it; the thread goes on)
             user_error = isinstance(err, ValueError)  # mtx.errors.MtxError is one
             log.log(logging.INFO if user_error else logging.ERROR, "a batch of %d request(s) "
-                    "failed: %s", len(jobs), err, exc_info=not user_error)
+                    "failed: %s", len(jobs), printable_traceback(err) if not user_error
+                    else printable(err))
             for job in jobs:
                 job.error = err
         else:

@@ -1,16 +1,19 @@
 """What a request may hold, and the checks that turn it into decoding `Settings`.
 
-FastAPI checks the JSON's shape against the bodies below (strict types: "5" is not a number,
-true is not an integer; unknown fields are refused); `settings` and `sentence_ids` then check it
-against the model and the server's limits (`mtx.serving.limits`). Every problem is a
-`RequestError`: an HTTP status and one line naming the field and what it should be. Nothing in
-a request names a file.
+The parsed JSON is checked against the bodies below (strict types: "5" is not a number, true is
+not an integer; unknown fields are refused), each problem costing the same however many items
+are wrong: `check_shape` names the first unknown field and counts /translate's sentences before
+any item is looked at, and each list stops at its first wrong item (``fail_fast``), so a 64 KB
+body of wrong items makes a handful of errors, not tens of thousands. `settings` and
+`sentence_ids` then check it against the model and the server's limits (`mtx.serving.limits`).
+Every problem is a `RequestError`: an HTTP status and one line naming the field and what it
+should be. Nothing in a request names a file.
 """
 import dataclasses
 import math
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError
 from .answers import RequestError
@@ -25,13 +28,23 @@ class _Decoding(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     beam_size: Optional[int] = None         # None: the server's decode.beam_size
     length_penalty: Optional[float] = None  # None: the server's decode.length_penalty
-    gates: Optional[List[List[float]]] = None  # (A, H): 1 keeps a head, 0 switches it off
+    gates: Optional[List[Annotated[List[float], Field(fail_fast=True)]]] = Field(
+        None, fail_fast=True)  # (A, H): 1 keeps a head, 0 switches it off
+
+    @classmethod
+    def check_counts(cls, value, limits):
+        """Counts that the limits bound, checked before validation (none here)."""
 
 
 class TranslateBody(_Decoding):
     """POST /translate: sentences -> translations, in order."""
-    text: List[str]
+    text: List[str] = Field(fail_fast=True)
     nbest: Optional[int] = None  # None: the server's decode.nbest, at most the beam
+
+    @classmethod
+    def check_counts(cls, value, limits):
+        if isinstance(value.get("text"), list):
+            check_sentence_count(len(value["text"]), limits)
 
 
 class AttentionBody(_Decoding):
@@ -98,12 +111,27 @@ def sentence_ids(engine, lines, limits):
 
 
 MAX_PROBLEMS_NAMED = 3  # one line: a list of a thousand wrong items names its first few
+NOT_AN_OBJECT = "the body must be a JSON object, sent with Content-Type: application/json"
 
 
-def validation_message(errors):
-    """FastAPI's RequestValidationError.errors() -> one line naming the first problems' fields."""
+def check_shape(value, model, limits):
+    """Before validation (`module docstring`): a JSON object, with no field that ``model``
+    lacks, and the counts its ``check_counts`` bounds within ``limits``; else a RequestError."""
+    if not isinstance(value, dict):
+        raise RequestError(NOT_AN_OBJECT)
+    unknown = [name for name in value if name not in model.model_fields]
+    if unknown:  # as pydantic says it, but for the first few only
+        raise RequestError(validation_message([{"loc": (name[:40],), "msg": "Extra inputs are "
+                                                "not permitted"} for name in unknown[:4]],
+                                              len(unknown)))
+    model.check_counts(value, limits)
+
+
+def validation_message(errors, count=None):
+    """FastAPI's RequestValidationError.errors() -> one line naming the first problems' fields;
+    ``count``: how many there are, when ``errors`` are the first of them."""
     parts = []
-    for err in errors:
+    for err in errors[:MAX_PROBLEMS_NAMED]:
         if err.get("type") == "json_invalid":
             reason = (err.get("ctx") or {}).get("error", "")
             parts.append(f"the body is not valid JSON ({reason})" if reason
@@ -112,10 +140,9 @@ def validation_message(errors):
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}"
                         for p in err.get("loc", ()) if p != "body").lstrip(".")
         if not where and err.get("type") in ("model_attributes_type", "dict_type", "model_type"):
-            parts.append("the body must be a JSON object, sent with Content-Type: "
-                         "application/json")
+            parts.append(NOT_AN_OBJECT)
             continue
         parts.append(f"{where or 'the body'}: {err.get('msg', 'invalid')}")
-    more = len(parts) - MAX_PROBLEMS_NAMED
-    parts = parts[:MAX_PROBLEMS_NAMED] + ([f"and {more} more"] if more > 0 else [])
+    more = (len(errors) if count is None else count) - len(parts)
+    parts = parts + ([f"and {more} more"] if more > 0 else [])
     return "; ".join(parts) or "the request body is not valid"

@@ -19,18 +19,13 @@ have a write deadline: while a connection's send buffer is full (the client does
 while it pipelines requests), it must take some of it within ``write_seconds``, and a connection
 being closed must take what is left within ``write_seconds``; else it is dropped (aborted), its
 request leaves the app and its slots are free. (uvicorn waits for a full buffer to drain with no
-timer, and closing a transport waits for its buffer to be written.) The HTTP implementation is
-pinned to h11 with headers of at most ``max_header_bytes``; an invalid request gets the
-service's JSON answer, not uvicorn's plain text.
+timer, and closing a transport waits for its buffer to be written.) What h11 is given to parse,
+upgrades and invalid requests: `mtx.serving.parsing`.
 """
-import json
 import logging
 import time
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
-
-from .answers import SECURITY_HEADERS
+from .parsing import PacedH11
 
 log = logging.getLogger(__name__)
 HARD_LIMIT_FACTOR = 2  # connections all in requests: newcomers are closed beyond twice the limit
@@ -55,6 +50,7 @@ class Guard:
         """Over ``max_connections``: close the connection that has waited longest for a
         request's head (not ``newcomer``); none waiting: the newcomer stays (its request is the
         app's to refuse)."""
+        self.open -= {c for c in self.open if c.transport.get_protocol() is not c}  # handed on
         open_now = [c for c in self.open if not c.transport.is_closing()]
         if len(open_now) <= self.max_connections:
             return
@@ -65,9 +61,9 @@ class Guard:
             newcomer.close_idle("every connection is in a request")
 
 
-class GuardedH11(H11Protocol):
-    """uvicorn's h11 protocol under a `Guard` (the class attribute ``guard``, set by
-    `protocol_class`)."""
+class GuardedH11(PacedH11):
+    """uvicorn's h11 protocol, paced (`PacedH11`), under a `Guard` (the class attributes
+    ``guard`` and ``max_header_bytes``, set by `protocol_class`)."""
     guard: Guard = None
 
     def __init__(self, *args, **kwargs):
@@ -127,19 +123,7 @@ class GuardedH11(H11Protocol):
             self.transport.abort()
 
     def send_400_response(self, msg):
-        """An invalid request (bad syntax, headers over the size limit): the service's JSON
-        answer, then the connection is closed."""
-        body = json.dumps({"error": "invalid HTTP request (bad syntax, or headers over the "
-                                    "server's size limit)"}).encode()
-        try:
-            self.transport.write(self.conn.send(h11.Response(status_code=400, headers=[
-                (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-                (b"connection", b"close"), *SECURITY_HEADERS])))
-            self.transport.write(self.conn.send(h11.Data(data=body)))
-            self.transport.write(self.conn.send(h11.EndOfMessage()))
-        except h11.LocalProtocolError:  # h11 cannot answer in this state: only close
-            pass
-        self.transport.close()
+        super().send_400_response(msg)
         self._write_deadline()
 
     def close_idle(self, why):
@@ -181,6 +165,8 @@ class GuardedH11(H11Protocol):
             self._head_timer = None
 
 
-def protocol_class(guard):
-    """A `GuardedH11` class with its own `Guard` (one per server)."""
-    return type("GuardedH11", (GuardedH11,), {"guard": guard})
+def protocol_class(guard, max_header_bytes):
+    """A `GuardedH11` class with its own `Guard` (one per server) and heads of at most
+    ``max_header_bytes``."""
+    return type("GuardedH11", (GuardedH11,), {"guard": guard,
+                                              "max_header_bytes": max_header_bytes})

@@ -21,9 +21,24 @@ WEIGHT_DECIMALS = 3  # attention weights sent to the page: enough for a heatmap,
 
 
 def compact_json(value):
-    """``value`` as JSON bytes without spaces (the attention weights are most of a page's data;
-    float64-rounded so that 0.123 is sent as 0.123, not as float32's 0.12300000339746475)."""
+    """``value`` as JSON bytes without spaces."""
     return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+
+
+def attention_json(answer):
+    """`Engine.attention`'s dict as compact JSON bytes, its weights written a head at a time
+    (float64-rounded, so that 0.123 is sent as 0.123, not as float32's 0.12300000339746475):
+    one ``tolist`` or ``json.dumps`` of a whole 8 MB answer holds the interpreter for about a
+    third of a second, during which the event loop's thread cannot run; between two heads it
+    can. The same bytes as `compact_json` of the dict with its weights as lists."""
+    rest = {key: value for key, value in answer.items() if key != "layers"}
+    pieces = [compact_json(rest)[:-1], b',"layers":[']  # its keys, then the layers last
+    for i, layer in enumerate(answer["layers"]):
+        about = compact_json({key: value for key, value in layer.items() if key != "weights"})
+        heads = b",".join(compact_json(head.tolist()) for head in layer["weights"])
+        pieces.append(b"," * bool(i) + about[:-1] + b',"weights":[' + heads + b"]}")
+    pieces.append(b"]}")
+    return b"".join(pieces)
 
 
 class Settings(NamedTuple):
@@ -49,25 +64,26 @@ class Engine:
         """`mtx.serving.batcher` calls this. key = (TRANSLATE, Settings): payloads are lists of
         sentences' ids, each gets its sentences' n-best [(text, score)]; key = (ATTENTION,
         Settings): payloads are one sentence's ids each, each gets `attention`'s dict as
-        compact JSON bytes (serialised here, in the model thread, not on the event loop)."""
+        compact JSON bytes (`attention_json`: in the model thread, not on the event loop)."""
         kind, settings = key
         if kind == TRANSLATE:
             flat = [ids for sentences in payloads for ids in sentences]
             results = iter(nbest_texts(self.tokenizer, self._search(settings, flat)))
             return [[next(results) for _ in sentences] for sentences in payloads]
-        return [compact_json(self.attention(settings, ids)) for ids in payloads]
+        return [attention_json(self.attention(settings, ids)) for ids in payloads]
 
     def attention(self, settings, src_ids):
         """One sentence translated with ``settings``, and every layer's attention over it in a
         teacher-forced pass of that translation: source axis = its pieces + '</s>', target axis
-        = '<s>' + the translation's pieces (the position each output token is predicted from)."""
+        = '<s>' + the translation's pieces (the position each output token is predicted from).
+        Each layer's "weights": a NumPy array (H_a, Tq, Tk), rounded (`attention_json`)."""
         out_ids, score = self._search(settings._replace(nbest=1), [src_ids])[0][0]
         weights = attention_of(self.model, src_ids, out_ids, self.ctx, self._gates(settings))
         layers = []
         for layer, w in zip(self.model.cfg.attention_layers(), weights):  # (H_a, Tq, Tk)
             layers.append({"row": layer.row, "name": layer.name, "kind": layer.kind,
                            "layer": layer.layer, "queries": layer.queries, "keys": layer.keys,
-                           "weights": w.astype("float64").round(WEIGHT_DECIMALS).tolist()})
+                           "weights": w.astype("float64").round(WEIGHT_DECIMALS)})
         source, target = attention_axes(self.tokenizer, src_ids, out_ids)
         return {"translation": self.tokenizer.decode([out_ids])[0], "score": score,
                 "source": source, "target": target, "layers": layers}

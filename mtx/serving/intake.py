@@ -11,7 +11,7 @@ import time
 from pydantic import ValidationError
 
 from .answers import RequestError, error
-from .bodies import validation_message
+from .bodies import check_shape, validation_message
 from .headers import json_media_type, values
 from .routes import route_of
 
@@ -154,10 +154,12 @@ def parse_json(body):
         return None, "the body's JSON is nested too deeply"
 
 
-def parsed_body(request, model):
-    """The request's parsed body (`BodyCheck`) validated as pydantic ``model``; 422 naming the
-    first problems otherwise."""
+def parsed_body(request, model, limits):
+    """The request's parsed body (`BodyCheck`) validated as pydantic ``model``
+    (`mtx.serving.bodies`) within ``limits``; 413 or 422 naming the first problems otherwise."""
+    value = request.scope.get(PARSED)
+    check_shape(value, model, limits)
     try:
-        return model.model_validate(request.scope.get(PARSED))
+        return model.model_validate(value)
     except ValidationError as err:
         raise RequestError(validation_message(err.errors())) from None

@@ -13,8 +13,9 @@ exits at once (130 for Ctrl-C, 143 for SIGTERM), whatever is in flight. If the m
 dies, the server stops the same way and the command fails (exit 2), so that a supervisor
 restarts it.
 
-HTTP is uvicorn's h11 implementation, pinned (not httptools, whatever is installed), under the
-connection deadlines and limits of `mtx.serving.connections`; X-Forwarded-For and -Proto are
+HTTP is uvicorn's h11 implementation, pinned (not httptools, whatever is installed), without
+WebSocket support (whatever is installed), under the connection deadlines and limits of
+`mtx.serving.connections`; X-Forwarded-For and -Proto are
 believed only from ``access.trusted_proxies``.
 """
 import asyncio
@@ -144,12 +145,14 @@ def serve(service, sock, shutdown_seconds, access):
     if access.open_without_token:
         log.warning("serving on %s without a token (access.open_without_token=true): anyone "
                     "who reaches this address can use it", host)
-    app = create_app(service, access.token, access.hosts(host))
     limits = service.limits
     guard = Guard(limits.max_connections, limits.head_seconds, limits.write_seconds)
+    app = create_app(service, access, host, lambda: len(guard.open))
     trusted = list(access.trusted_proxies)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level="warning",
-                            access_log=False, lifespan="on", http=protocol_class(guard),
+                            access_log=False, lifespan="on",
+                            http=protocol_class(guard, limits.max_header_bytes),
+                            ws="none",  # no WebSocket route: an upgrade is plain HTTP here
                             h11_max_incomplete_event_size=limits.max_header_bytes,
                             timeout_keep_alive=limits.keepalive_seconds,
                             proxy_headers=bool(trusted), forwarded_allow_ips=trusted or None,

@@ -39,7 +39,8 @@ class Limits:
     keepalive_seconds: float = _seconds(5.0, "an idle connection is closed this long after its "
                                              "last answer")
     max_header_bytes: int = setting(16384, "a request line and headers' bytes, 1 or more (more: "
-                                           "400)", low=1)
+                                           "431)", low=1)
+    max_headers: int = setting(100, "header fields in a request, 1 or more (more: 431)", low=1)
     body_seconds: float = _seconds(10.0, "a request body that has not arrived by then gets 408")
     request_seconds: float = _seconds(30.0, "a request not answered by then gets 504 and its "
                                             "work is dropped")
@@ -50,8 +51,9 @@ class Limits:
                                            "restarts the server)")
     max_queue_work: int = setting(65536, "work waiting for the model, 1 or more (more: 503 with "
                                          "Retry-After)", low=1)
-    client_share: float = setting(0.5, "the share of the queue's requests and work one client "
-                                       "address may hold, above 0, at most 1 (1: no per-client "
+    client_share: float = setting(0.5, "the share of the requests at once and of the queue's "
+                                       "requests and work one client (an IPv4 address, an IPv6 "
+                                       "/64) may hold, above 0, at most 1 (1: no per-client "
                                        "limit)", above=0, high=1)
 
     def __post_init__(self):

@@ -5,16 +5,20 @@ throttle of wrong tokens.
   `MIN_TOKEN_BITS` bits by the variety of its characters (`token_bits`), so a repeated
   character or a run such as '0123456789abcdefghij' is refused; ``secrets.token_urlsafe()`` has
   about 190 by that count.
-- A session cookie is ``<expiry>.<nonce>.<HMAC of both under the token>``, parsed strictly
-  (ASCII digits, lowercase hex, fixed lengths): anything else is no session, never an error.
+- A session cookie is ``<expiry>.<nonce>.<HMAC of both>``, parsed strictly (ASCII digits,
+  lowercase hex, fixed lengths): anything else is no session, never an error. The HMAC's key is
+  never the token, so a captured cookie tells nothing about it (no offline guessing): it is
+  ``access.session_key`` when set (cookies then outlast a restart and pass between servers that
+  share it), else random, made when the server starts (a restart signs every page out).
   Signing out revokes its nonce until its expiry.
-- Wrong tokens are counted per client address: past `MAX_WRONG` in `WRONG_WINDOW` seconds,
-  every token from that address is refused (429) until the window ends, the right one too, so
-  the refusal tells a guesser nothing.
+- Wrong tokens are counted per client (`client_key`: an IPv4 address, an IPv6 /64): past
+  `MAX_WRONG` in `WRONG_WINDOW` seconds, every token from that client is refused (429) until the
+  window ends, the right one too, so the refusal tells a guesser nothing.
 """
 import collections
 import hashlib
 import hmac
+import ipaddress
 import math
 import re
 import secrets
@@ -42,28 +46,30 @@ def _bits(items):
     return max(0.0, -sum(n * math.log2(n / len(items)) for n in counts.values()))
 
 
-def token_problem(token):
-    """Why ``token`` is too easy to guess (one line), or None."""
+def token_problem(token, name="access.token"):
+    """Why ``token`` (the setting ``name``) is too easy to guess (one line), or None."""
     hint = "e.g. python -c 'import secrets; print(secrets.token_urlsafe())'"
     if len(token) < MIN_TOKEN_CHARS:
-        return f"access.token is {len(token)} characters: give at least {MIN_TOKEN_CHARS} ({hint})"
+        return f"{name} is {len(token)} characters: give at least {MIN_TOKEN_CHARS} ({hint})"
     bits = token_bits(token)
     if bits < MIN_TOKEN_BITS:
-        return (f"access.token is too easy to guess (about {bits:.0f} bits by the variety of its "
+        return (f"{name} is too easy to guess (about {bits:.0f} bits by the variety of its "
                 f"characters; at least {MIN_TOKEN_BITS}): give a random one ({hint})")
     return None
 
 
 class Sessions:
-    """The session cookies signed with ``token``."""
+    """The token, and the session cookies that stand for it (module docstring)."""
 
-    def __init__(self, token):
-        self._key = token.encode()
+    def __init__(self, token, key=None):
+        self._token = token.encode()
+        # access.session_key, or this process's own, never written anywhere
+        self._key = secrets.token_bytes(32) if key is None else key.encode()
         self._revoked = collections.OrderedDict()  # nonce -> expiry
 
     def matches(self, given):
         """Whether ``given`` (a Bearer token, or None) is the token."""
-        return given is not None and hmac.compare_digest(given.encode(), self._key)
+        return given is not None and hmac.compare_digest(given.encode(), self._token)
 
     def new(self):
         """A new session cookie's value."""
@@ -71,7 +77,7 @@ class Sessions:
         return f"{expires}.{nonce}.{self._sign(expires, nonce)}"
 
     def valid(self, value):
-        """Whether ``value`` is a session cookie signed with the token, not expired nor
+        """Whether ``value`` is a session cookie this process signed, not expired nor
         revoked."""
         found = _COOKIE.fullmatch(value or "")
         if not found:
@@ -97,8 +103,22 @@ class Sessions:
                         hashlib.sha256).hexdigest()
 
 
+def client_key(address):
+    """What a client is counted as: an IPv4 address as it is, an IPv6 one as its /64 (what its
+    network gives one machine, which may pick any address in it); anything else as it is."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if ip.version == 4:
+        return str(ip)
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
+
+
 class Throttle:
-    """Wrong tokens per client address (module docstring)."""
+    """Wrong tokens per client (module docstring); addresses are counted by `client_key`."""
 
     def __init__(self, most=MAX_WRONG, window=WRONG_WINDOW):
         self.most, self.window = most, window
@@ -106,13 +126,13 @@ class Throttle:
 
     def wait(self, address):
         """Seconds until ``address`` may send a token again (0: now)."""
-        start, wrong = self._wrong.get(address, (0.0, 0))
+        start, wrong = self._wrong.get(client_key(address), (0.0, 0))
         left = start + self.window - time.monotonic()
         return math.ceil(left) if wrong >= self.most and left > 0 else 0
 
     def wrong(self, address):
         """Count a wrong token from ``address``."""
-        now = time.monotonic()
+        address, now = client_key(address), time.monotonic()
         entry = self._wrong.get(address)
         if entry is None or now - entry[0] >= self.window:
             self._wrong.pop(address, None)
