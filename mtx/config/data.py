@@ -9,6 +9,7 @@ from ..typecheck import check_settings, setting
 
 TOY_TASKS = ("copy", "reverse")  # the toy task: the target is the source copied or reversed
 CORPORA = ("multi30k", "files", "toy")
+VERIFY = ("quick", "full")  # data.verify (`mtx.data.fingerprints`)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,16 @@ class DataConfig:
                                              "are ignored)", low=0)
     max_length_ratio: float = setting(9.0, "the longest ratio of a training pair's subword "
                                       "lengths to keep, at least 1 (9, as Moses' cleaning)", low=1.0)
+    drop_duplicates: Optional[bool] = setting(None, "true: a training pair seen before (both "
+                                                    "sides the same) is dropped and counted; "
+                                                    "null: true for data=files, false for "
+                                                    "Multi30k (its 29,000 pairs are the "
+                                                    "benchmark's)")
+    drop_copies: bool = setting(True, "true: a training pair whose target is its source "
+                                      "(untranslated) is dropped and counted")
+    verify: str = setting("quick", "quick (a training file of unchanged size and modification "
+                                   "time keeps the SHA-256 taken once) or full (every start "
+                                   "hashes the training files again)", choices=VERIFY)
     vocab_sample: int = setting(1_000_000, "how many training lines (source and target) "
                                 "SentencePiece learns from, at least 1000", low=1000)
     task: str = setting("reverse", f"the toy task, one of {', '.join(TOY_TASKS)}",
@@ -80,6 +91,11 @@ class DataConfig:
                                low=1)
     sizes: List[int] = setting([4000, 200, 200], "three positive sizes, [train, val, test]",
                                low=1)
+
+    @property
+    def dropping_duplicates(self):
+        """`drop_duplicates`, null resolved by the corpus."""
+        return self.name == "files" if self.drop_duplicates is None else self.drop_duplicates
 
     def __post_init__(self):
         for key in ("train", "test"):  # one prefix given alone is a list of one

@@ -10,10 +10,12 @@ from typing import Dict, List, Tuple
 from ..config import DataConfig
 from ..errors import ConfigError, DataError
 from ..files import atomic_copy, atomic_write_text, read_json, sha256_of
+from .fingerprints import content_sha256
 from .lines import stream_pairs
 from .multi30k import TEST_SPLIT
 from .pairs import PairIds
-from .prepare import Filter, UnknownCount, is_blank, prepared_training, vocabulary_model
+from .filters import Filter, UnknownCount, is_blank
+from .prepare import prepared_training, vocabulary_model
 from .sources import VALID, corpus_files
 from .toy import make_toy, toy_symbols
 from .vocab import SentencePieceTokenizer, TokenizerError, WordTokenizer
@@ -106,11 +108,13 @@ class TrainingPairs:
 def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
     """Every split of the corpus of ``cfg``. Without a ``tokenizer`` (a trained run's), one is
     built: the toy task's word list, or a joint SentencePiece model of the training files
-    (`mtx.data.prepare`). The training split of files is prepared once and mapped."""
+    (`mtx.data.prepare`). The training split of files is prepared once and mapped; the files
+    are known by their SHA-256, taken once (`mtx.data.fingerprints`, ``data.verify``)."""
     if cfg.name == "toy":
         return toy_corpus(cfg, seed, tokenizer)
     files = corpus_files(cfg, data_dir)
-    sums = {path: sha256_of(path) for pair in files.train + files.vocab for path in pair}
+    sums = {path: content_sha256(path, data_dir, cfg.verify)
+            for path in dict.fromkeys(p for pair in files.train + files.vocab for p in pair)}
     if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
         model = vocabulary_model(cfg, files.vocab, [sums[p] for pair in files.vocab for p in pair],
                                  data_dir)
@@ -129,7 +133,8 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
 
 
 def toy_corpus(cfg, seed, tokenizer=None):
-    """The toy task, in memory, filtered as files are (`mtx.data.prepare.Filter`)."""
+    """The toy task, in memory, filtered as files are (`mtx.data.filters.Filter`: no copies or duplicates
+    dropped, the copy task is made of copies)."""
     text = make_toy(cfg.task, cfg.num_symbols, cfg.min_len, cfg.max_toy_len, cfg.sizes, seed)
     tokenizer = tokenizer or WordTokenizer(toy_symbols(cfg.num_symbols))
     ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}

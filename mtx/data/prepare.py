@@ -1,7 +1,7 @@
 """What is made once per corpus and reused by the next run, a resume and every worker: the
 vocabulary (SentencePiece, learnt from a seeded sample of the training lines) and the training
 split encoded into subword ids on disk (`mtx.data.pairs`, memory-mapped), with the pairs that
-cannot be trained on dropped and counted.
+cannot or should not be trained on dropped and counted (`mtx.data.filters`).
 
 In the data directory (`mtx.datadir`):
     spm/spm<size>-<hash>.model      a vocabulary, named by its training text (`train_sentencepiece`)
@@ -24,9 +24,10 @@ from tqdm import tqdm
 
 from ..errors import DataError
 from ..files import atomic_write_text, fsync_dir
+from .filters import Filter, UnknownCount, is_blank
 from .lines import stream_pairs
 from .pairs import PairIds, Side, SideWriter
-from .vocab import DEFAULT_OPTIONS, UNK, train_sentencepiece, vocabulary_options
+from .vocab import DEFAULT_OPTIONS, train_sentencepiece, vocabulary_options
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,6 @@ def read_training_pairs(file_pairs, lowercase_source):
     for src_path, tgt_path in file_pairs:
         for _, src, tgt in stream_pairs(src_path, tgt_path):
             yield (src.lower() if lowercase_source else src), tgt
-
-
-def is_blank(src, tgt):
-    return not src.strip() or not tgt.strip()
 
 
 def vocabulary_model(cfg, file_pairs, digests, data_dir):
@@ -89,42 +86,11 @@ def vocabulary_model(cfg, file_pairs, digests, data_dir):
     return model
 
 
-class Filter:
-    """Why a training pair is dropped, counted: an empty side, more than ``max_pair_len`` - 1
-    subwords on a side (with its EOS, over ``max_pair_len``), or one side over ``max_ratio``
-    times the other's subwords (OpenNMT's and Moses' cleaning)."""
-
-    REASONS = ("empty", "too_long", "length_ratio")
-
-    def __init__(self, max_pair_len, max_ratio):
-        self.max_pair_len, self.max_ratio = max_pair_len, max_ratio
-        self.counts = dict.fromkeys(self.REASONS, 0)
-
-    def reason(self, src_ids, tgt_ids):
-        short, long = sorted((len(src_ids), len(tgt_ids)))
-        if short == 0:
-            return "empty"
-        if long >= self.max_pair_len:
-            return "too_long"
-        if long > self.max_ratio * short:
-            return "length_ratio"
-        return None
-
-    def keep(self, src_ids, tgt_ids):
-        reason = self.reason(src_ids, tgt_ids)
-        if reason:
-            self.counts[reason] += 1
-        return reason is None
-
-    def described(self):
-        return ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in self.counts.items())
-
-
 def prepared_training(cfg, file_pairs, digests, tokenizer, tokenizer_digest, data_dir):
     """The training split as `PreparedTraining`: encoded once (`encode_training`), then mapped
     from ``<data_dir>/prepared/<key>``."""
     key = _key(digests, tokenizer_digest, cfg.max_pair_len, cfg.max_length_ratio,
-               cfg.lowercase_source, FORMAT)
+               cfg.lowercase_source, FORMAT, cfg.drop_copies, cfg.dropping_duplicates)
     folder = Path(data_dir) / "prepared" / key
     if not (folder / "meta.json").is_file():
         encode_training(cfg, file_pairs, tokenizer, folder)
@@ -179,16 +145,16 @@ def encode_training(cfg, file_pairs, tokenizer, folder):
 
 def _encode_into(cfg, file_pairs, tokenizer, tmp):
     writers = [SideWriter(tmp / name) for name in ("src", "tgt", "src_text", "tgt_text")]
-    keep, read, tic = Filter(cfg.max_pair_len, cfg.max_length_ratio), 0, time.time()
+    keep = Filter(cfg.max_pair_len, cfg.max_length_ratio, cfg.drop_copies,
+                  cfg.dropping_duplicates, cfg.lowercase_source)
+    read, tic = 0, time.time()
     unknown = UnknownCount()
     with tqdm(desc="preparing the training split", unit=" pairs", unit_scale=True,
               mininterval=2, leave=False) as bar:
         for pairs in _chunked(read_training_pairs(file_pairs, cfg.lowercase_source)):
             src_ids = tokenizer.encode([src for src, _ in pairs])
             tgt_ids = tokenizer.encode([tgt for _, tgt in pairs])
-            rows = [i for i, (src, tgt) in enumerate(pairs) if not is_blank(src, tgt)
-                    and keep.keep(src_ids[i], tgt_ids[i])]
-            keep.counts["empty"] += sum(is_blank(src, tgt) for src, tgt in pairs)
+            rows = keep.kept_rows(pairs, src_ids, tgt_ids)
             for writer, values, side in zip(writers, (src_ids, tgt_ids), (0, 1)):
                 writer.write([values[i] for i in rows])
                 unknown.add(("src", "tgt")[side], [values[i] for i in rows],
@@ -207,32 +173,10 @@ def _encode_into(cfg, file_pairs, tokenizer, tmp):
     if not kept:
         raise DataError(f"no training pair is left after the filters ({keep.described()} of "
                         f"{read}): check the files, or raise data.max_len or "
-                        f"data.max_length_ratio")
+                        f"data.max_length_ratio (data.drop_copies=false keeps copies)")
     log.info("training split: %s", unknown.described())
     return {"pairs": kept, "read": read, "dropped": keep.counts, "seconds": round(seconds, 1),
             "files": [[str(p) for p in pair] for pair in file_pairs], "unknown": unknown.counts}
-
-
-class UnknownCount:
-    """How a vocabulary cuts each side of a split: how many subwords are ``<unk>`` (characters
-    it lacks), of how many, for how many words (whitespace-separated): ``counts`` {side:
-    [unknown, subwords, words]}. A fine-tuning run's log shows how well its parent's vocabulary
-    fits the new text."""
-
-    def __init__(self, counts=None):
-        self.counts = counts or {"src": [0, 0, 0], "tgt": [0, 0, 0]}
-
-    def add(self, side, id_lists, texts):
-        counts = self.counts[side]
-        for ids, text in zip(id_lists, texts):
-            counts[0] += ids.count(UNK)
-            counts[1] += len(ids)
-            counts[2] += len(text.split())
-
-    def described(self):
-        return ", ".join(f"<unk> {100 * n / max(total, 1):.3f}% of the {name} subwords "
-                         f"({total / max(words, 1):.2f} a word)" for name, (n, total, words)
-                         in zip(("source", "target"), self.counts.values()))
 
 
 def _chunked(pairs, size=CHUNK_PAIRS):

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from ..errors import DataError
-from ..files import sha256_of
 from .multi30k import TEST_SPLIT, file_name, multi30k_file, check_pair
 from .tsv import tsv_file, tsv_pair
 
@@ -109,8 +108,3 @@ def corpus_files(cfg, data_dir):
         train = train + distilled if cfg.distilled_with_references else distilled
     return CorpusFiles(train, vocab, splits)
 
-
-def files_digest(pairs):
-    """SHA-256 of each file's bytes, in order: what a cached vocabulary or prepared corpus is
-    keyed by (a changed file gets new ones)."""
-    return [sha256_of(path) for pair in pairs for path in pair]
