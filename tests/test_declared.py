@@ -21,6 +21,7 @@ WITH = {"data.train": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "da
         "data.valid": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.train=t"],
         "data.test": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.train=t",
                       "data.valid=v"],
+        "data.prepared": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.valid=v"],
         "data.subword_dropout_from": ["data.subword_dropout=0.1"],
         "data.name": ["data.src_lang=en", "data.tgt_lang=xx", "data.train=t", "data.valid=v"],
         "target_heads": ["method=l0"], "method": ["prune_fraction=0.5"]}
@@ -46,6 +47,8 @@ def _another_value(f, default):
         kind = f.type.__args__[0] if hasattr(f.type, "__args__") else f.type
         if kind is str:
             return "x"
+        if kind is bool:
+            return True
         return 1 if kind is int or (meta.get("low") or 0) >= 1 else 0.5
     if isinstance(default, float) and top is not None:
         return (default + top) / 2

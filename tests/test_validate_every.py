@@ -7,6 +7,7 @@ import pytest
 from mtx.config import ConfigError, TrainConfig
 from mtx.runs import faults
 from mtx.training import choose_final
+from tests.conftest import run_script
 from tests.test_rundir import _fit, _params, _stop_after
 
 
@@ -115,9 +116,14 @@ def test_a_crash_inside_a_validation_redoes_it_and_drops_its_record(tmp_path, mo
 
 
 @pytest.mark.parametrize("every", [0, -5])
-def test_validate_every_below_one_is_one_line(every):
+def test_validate_every_below_one_is_one_line(every, tmp_path):
     with pytest.raises(ConfigError, match=r"^train.validate_every="):
         TrainConfig(validate_every=every)
+    done = run_script("train", "experiment=smoke", f"train.validate_every={every}",
+                      f"hydra.run.dir={tmp_path / 'run'}")
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1
+    assert lines[0].startswith(f"error: train.validate_every={every}: give the updates between")
 
 
 def test_without_validate_every_the_epochs_validate_as_before(tmp_path):

@@ -78,6 +78,10 @@ class DataConfig:
                                                     "benchmark's)")
     drop_copies: bool = setting(True, "true: a training pair whose target is its source "
                                       "(untranslated) is dropped and counted")
+    prepared: Optional[str] = setting(None, "data=files: a corpus mtx-prepare made (a name in "
+                                            "the data directory's prepared/, or a folder), "
+                                            "trained from without reading data.train; null: "
+                                            "prepare in the data directory's cache")
     verify: str = setting("quick", "quick (a training file of unchanged size and modification "
                                    "time keeps the SHA-256 taken once) or full (every start "
                                    "hashes the training files again)", choices=VERIFY)
@@ -105,14 +109,16 @@ class DataConfig:
             value = getattr(self, key)
             if value:
                 object.__setattr__(self, key, _absolute(value))
+        if self.prepared and "/" in self.prepared:  # a folder; a bare name is in the data dir
+            object.__setattr__(self, "prepared", _absolute(self.prepared))
         check_settings(self, "data.")
         check_vocabulary_settings(self)
         check_scoring_settings(self)
         if self.name == "files":
             check_files_settings(self)
-        elif self.train or self.valid or self.test:
-            raise ConfigError(f"data.train/valid/test are for data=files, not data.name="
-                              f"{self.name}: add data=files to the command")
+        elif self.train or self.valid or self.test or self.prepared:
+            raise ConfigError(f"data.train/valid/test/prepared are for data=files, not "
+                              f"data.name={self.name}: add data=files to the command")
         if self.subword_dropout and self.name == "toy":
             raise ConfigError(f"data.subword_dropout={self.subword_dropout}: BPE-dropout is for "
                               f"a SentencePiece corpus (not toy)")
@@ -168,8 +174,8 @@ def _absolute(prefixes):
 
 
 def check_files_settings(cfg):
-    """data=files: both languages named (they name the files) and the training and validation
-    prefixes given."""
+    """data=files: both languages named (they name the files) and the training prefixes (or a
+    prepared corpus) given."""
     for key in ("src_lang", "tgt_lang"):
         lang = getattr(cfg, key)
         if lang is None:
@@ -180,6 +186,10 @@ def check_files_settings(cfg):
                               f"names (<prefix>.<lang>), e.g. en")
     if cfg.src_lang == cfg.tgt_lang:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.src_lang}")
-    if not cfg.train or not cfg.valid:
-        raise ConfigError("data=files needs data.train=<prefix> (or a list) and "
-                          "data.valid=<prefix>: files <prefix>.<lang> or <prefix>.<lang>.gz")
+    if not (cfg.train or cfg.prepared):
+        raise ConfigError(f"data=files needs data.train=<prefix> (or a list; or data.prepared="
+                          f"<what mtx-prepare made>) and {NEEDS_VALID}")
+
+
+# what training on data=files needs besides (`mtx.data.sources.files_corpus`; mtx-prepare does not)
+NEEDS_VALID = "data.valid=<prefix>: files <prefix>.<lang> or <prefix>.<lang>.gz"

@@ -12,6 +12,7 @@ from ..errors import ConfigError, DataError
 from ..files import atomic_copy, atomic_write_text, read_json, sha256_of
 from .fingerprints import content_sha256
 from .lines import stream_pairs
+from .named import open_named
 from .multi30k import TEST_SPLIT
 from .pairs import PairIds
 from .filters import Filter, UnknownCount, is_blank
@@ -113,14 +114,10 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
     if cfg.name == "toy":
         return toy_corpus(cfg, seed, tokenizer)
     files = corpus_files(cfg, data_dir)
-    sums = {path: content_sha256(path, data_dir, cfg.verify)
-            for path in dict.fromkeys(p for pair in files.train + files.vocab for p in pair)}
-    if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
-        model = vocabulary_model(cfg, files.vocab, [sums[p] for pair in files.vocab for p in pair],
-                                 data_dir)
-        tokenizer = SentencePieceTokenizer(model, cfg.lowercase_source)
-    prepared = prepared_training(cfg, files.train, [sums[p] for pair in files.train for p in pair],
-                                 tokenizer, tokenizer_sha256(tokenizer), data_dir)
+    if cfg.prepared:  # made by mtx-prepare: no training file is read
+        tokenizer, prepared = open_named(cfg, data_dir, tokenizer)
+    else:
+        tokenizer, prepared = prepare_training(cfg, files, data_dir, tokenizer)
     text = {name: read_held(name, pair, cfg.lowercase_source)
             for name, pair in files.splits.items()}
     ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}
@@ -130,6 +127,20 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
         unknown.add("tgt", tgt_ids, text[split][1])
         log.info("%s: %s", split, unknown.described())
     return Corpus(text, ids, tokenizer, prepared.pairs, prepared, files.test_names)
+
+
+def prepare_training(cfg, files, data_dir, tokenizer=None):
+    """(tokenizer, `PreparedTraining`) of the training files of `CorpusFiles` ``files``: the
+    vocabulary (unless ``tokenizer`` is given) and the split made once in the data directory."""
+    sums = {path: content_sha256(path, data_dir, cfg.verify)
+            for path in dict.fromkeys(p for pair in files.train + files.vocab for p in pair)}
+    if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
+        model = vocabulary_model(cfg, files.vocab, [sums[p] for pair in files.vocab for p in pair],
+                                 data_dir)
+        tokenizer = SentencePieceTokenizer(model, cfg.lowercase_source)
+    return tokenizer, prepared_training(cfg, files.train,
+                                        [sums[p] for pair in files.train for p in pair],
+                                        tokenizer, tokenizer_sha256(tokenizer), data_dir)
 
 
 def toy_corpus(cfg, seed, tokenizer=None):

@@ -9,7 +9,9 @@ In the data directory (`mtx.datadir`):
     prepared/<key>/                 the encoded training split, keyed by the files' bytes, the
                                     tokenizer and the filters: meta.json, src.*, tgt.* (ids),
                                     src_text.*, tgt_text.* (the kept pairs' UTF-8 text, for
-                                    BPE-dropout); written whole or not at all
+                                    BPE-dropout); written whole or not at all, by one process
+                                    at a time (`mtx.data.holds`)
+    prepared/<name>/                a corpus mtx-prepare made (`mtx.data.named`)
 """
 import hashlib
 import json
@@ -24,6 +26,7 @@ from tqdm import tqdm
 
 from ..errors import DataError
 from ..files import atomic_write_text, fsync_dir
+from . import holds
 from .filters import Filter, UnknownCount, is_blank
 from .lines import stream_pairs
 from .pairs import PairIds, Side, SideWriter
@@ -92,9 +95,10 @@ def prepared_training(cfg, file_pairs, digests, tokenizer, tokenizer_digest, dat
     key = _key(digests, tokenizer_digest, cfg.max_pair_len, cfg.max_length_ratio,
                cfg.lowercase_source, FORMAT, cfg.drop_copies, cfg.dropping_duplicates)
     folder = Path(data_dir) / "prepared" / key
-    if not (folder / "meta.json").is_file():
-        encode_training(cfg, file_pairs, tokenizer, folder)
-        return PreparedTraining(folder)
+    with holds.preparing(folder):  # another run preparing it: wait, then use theirs
+        if not (folder / "meta.json").is_file():
+            encode_training(cfg, file_pairs, tokenizer, folder)
+            return PreparedTraining(folder)
     prepared = PreparedTraining(folder)
     meta = prepared.meta  # every run's log counts what the filters dropped, not the first's only
     log.info("training split: prepared before (%s): %d pairs read, %d kept (dropped: %s)",
@@ -111,6 +115,7 @@ class PreparedTraining:
 
     def __init__(self, folder):
         self.folder = Path(folder)
+        self.hold = holds.in_use(self.folder)  # a prune waits for this process to end
         self.meta = json.loads((self.folder / "meta.json").read_text())
         self.pairs = PairIds(Side.mapped(self.folder / "src"), Side.mapped(self.folder / "tgt"))
         self.text = tuple(Side.mapped(self.folder / f"{side}_text", "uint8")
@@ -122,10 +127,11 @@ class PreparedTraining:
         return [bytes(text[i]).decode("utf-8") for i in range(start, stop)]
 
 
-def encode_training(cfg, file_pairs, tokenizer, folder):
+def encode_training(cfg, file_pairs, tokenizer, folder, describe=None):
     """Read, filter and encode the training pairs a chunk at a time into ``folder`` (made in a
-    temporary folder beside it, renamed when complete: a killed preparation leaves nothing that
-    is used, and another worker's finished one is kept). DataError when no pair is left."""
+    temporary folder beside it, with what ``describe(tmp)`` adds, renamed when complete: a
+    killed preparation leaves nothing that is used, and another worker's finished one is
+    kept). DataError when no pair is left."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".{folder.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -133,6 +139,8 @@ def encode_training(cfg, file_pairs, tokenizer, folder):
     try:
         meta = _encode_into(cfg, file_pairs, tokenizer, tmp)
         atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1))
+        if describe is not None:
+            describe(tmp)
         try:
             os.rename(tmp, folder)
         except OSError:  # another worker finished first: theirs is the same

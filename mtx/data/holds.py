@@ -1,0 +1,70 @@
+"""Who holds a prepared corpus folder, through two lock files beside it (``flock``: the kernel
+drops a dead process's hold, ``kill -9`` too):
+
+    .<name>.preparing   held alone by the process that makes the folder: a second preparer
+                        waits for it, then finds the folder made and makes nothing
+    .<name>.in_use      held shared by every process that maps the folder (a training run, for
+                        its whole life); a prune takes it alone without waiting, so it is
+                        refused while any run holds it
+"""
+import contextlib
+import fcntl
+import logging
+import os
+from pathlib import Path
+
+from ..errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+def _lock_file(folder, what):
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(folder.parent / f".{folder.name}.{what}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                   0o644)
+
+
+@contextlib.contextmanager
+def preparing(folder):
+    """While making ``folder``: the only process doing so (another one's preparation is waited
+    for, said in the log)."""
+    fd = _lock_file(folder, "preparing")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("%s: another process is preparing it; waiting for it to finish", folder)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def in_use(folder):
+    """Hold ``folder`` as in use while the returned file object is open (it closes when it is
+    no longer referenced, or the process ends)."""
+    held = os.fdopen(_lock_file(folder, "in_use"), "rb")
+    fcntl.flock(held.fileno(), fcntl.LOCK_SH)
+    return held
+
+
+@contextlib.contextmanager
+def unused(folder):
+    """While removing ``folder``: no run holds it (DataError, one line, when one does)."""
+    fd = _lock_file(folder, "in_use")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataError(f"{folder} is in use by a training run that maps it; prune it "
+                            f"after that run ends") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def lock_files(folder):
+    """The lock files beside ``folder`` (removed with it by a prune)."""
+    folder = Path(folder)
+    return [folder.parent / f".{folder.name}.{what}" for what in ("preparing", "in_use")]
