@@ -22,11 +22,12 @@ import numpy as onp
 
 from ..runs import faults
 from ..data.batching import batch_plan, prefetched
-from .checkpointing import Checkpointing, validated_name
+from .checkpointing import Checkpointing
 from .control import Clock, StopSignals, budget_fraction, budget_spent
 from .epoch_log import EpochLog
 from .state import TrainState, epoch_seed
 from .steps import evaluate, train_step
+from .validation import Validation
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class Fit:
         self.times_seen = onp.zeros(len(train_pairs), "int64")  # per training pair, here
         self.checkpointing = Checkpointing(run, pieces, cfg.train)
         self.clock, self.stop_signals = Clock(cfg.train.max_minutes), StopSignals()
-        self.stopped = None  # why a validation inside an epoch stopped training early
+        self.validation = Validation(self)
 
     @property
     def model(self):
@@ -81,8 +82,8 @@ class Fit:
                                          self.times_seen, epoch_log.budget_spent),
                               batch.num_tgt_tokens)
                 faults.point("step")
-                validated = self.validation_due()
-                if validated and self.validate_in_epoch(epoch_log):
+                validated = self.validation.due()
+                if validated and self.validation.in_epoch(epoch_log):
                     break  # early stop
                 at_log_point = (state.batch_in_epoch % cfg.log_every == 0
                                 and state.batch_in_epoch < len(plan))
@@ -112,42 +113,6 @@ class Fit:
         return evaluate(self.pieces, self.corpus, split, self.cfg.train, self.cfg.decode,
                         self.cfg.data)
 
-    def validation_due(self):
-        """Does a validation of `train.validate_every` follow the step just taken?"""
-        every = self.cfg.train.validate_every
-        return bool(every) and self.state.step % every == 0
-
-    def validate_in_epoch(self, epoch_log):
-        """A validation of `train.validate_every` between two steps of an epoch (`validate`,
-        rank 0); True when it stops training early (every worker agrees)."""
-        epoch_log.record()
-        if self.parallel.is_chief:
-            self.validate()
-        epoch_log.reseed()  # the next step's dropout, as in a run resumed here
-        stop = self.parallel.is_chief and self.state.early_stopped(self.cfg.train.patience)
-        if self.parallel.any(stop):
-            self.stopped = (f"no better validation score for {self.state.stale_validations} "
-                            f"validations: early stop" if stop
-                            else "another worker stopped the job")
-            return True
-        return False
-
-    def validate(self):
-        """Validate (the weights' moving average, if kept), record and checkpoint (rank 0):
-        at an epoch's end, or with `train.validate_every` at this step."""
-        state, ema, by_updates = self.state, self.pieces.ema, bool(self.cfg.train.validate_every)
-        with ema.applied() if ema is not None else contextlib.nullcontext():
-            val_loss, bleu = self.evaluate("val")
-        end = state.end_interval if by_updates else state.end_epoch
-        record, improved = end(val_loss, bleu, self.clock.minutes())
-        self.run_dir.records.append_metrics(record)  # before the checkpoint: a redo drops it
-        if not by_updates:
-            state.start_epoch()
-        state.minutes = self.clock.minutes()
-        self.checkpointing.validated(state, validated_name(state, by_updates),
-                                     record["valid/bleu"], improved)
-        log_validation(record, by_updates)
-
     def run(self):
         """Train until the budget, max_epochs or early stopping; returns the minutes trained. A stop
         signal saves a resume point at the next step boundary, then raises (`stop_here`)."""
@@ -167,18 +132,13 @@ class Fit:
                                f"hydra.run.dir={self.run_dir.path} continues the run")
 
     def _run(self):
-        """Epochs; with `train.validate_every`, a validation at the end when the last step had
-        none."""
+        """Epochs, each followed by what `Validation.after_epoch` does; with
+        `train.validate_every`, a validation at the end when the last update had none."""
         if not self.finished_before():
             while self.state.epoch < self.cfg.train.max_epochs:
-                finished = self.train_epoch()
-                passed = self.epoch_passed if self.cfg.train.validate_every else self.epoch_ended
-                if passed(finished):
+                if self.validation.after_epoch(self.train_epoch()):
                     break
-        state = self.state
-        if self.cfg.train.validate_every and state.step != state.validated_step:
-            if self.parallel.is_chief:
-                self.validate()
+        self.validation.at_end()
         return self.clock.minutes()
 
     def finished_before(self):
@@ -188,63 +148,3 @@ class Fit:
         if state.step and self.parallel.any(self.clock.out_of_time(state.minutes)):
             return True
         return self.parallel.any(state.early_stopped(self.cfg.train.patience))
-
-    def epoch_ended(self, finished):
-        """After an epoch (``finished``, or cut short by the budget: it ends like any other),
-        its validation; True when training stops here."""
-        state = self.state
-        state.epoch += 1
-        if self.parallel.is_chief:  # evaluation and checkpoints: rank 0 only
-            self.validate()
-        state.start_epoch()
-        return self.stops_after_epoch(not finished)
-
-    def stops_after_epoch(self, cut_short):
-        """After an epoch and its checkpoint (the resume point of a stop signal): True when
-        training stops (`stop_reason`; all workers stop after the same epoch)."""
-        if self.stop_signals.requested(self.parallel):
-            self.stop_here()
-        stop = stop_reason(self.state, self.cfg.train, self.clock, self.parallel.is_chief,
-                           cut_short)
-        if self.parallel.any(stop is not None):
-            log.info("%s", stop or "another worker stopped the job")
-            return True
-        return False
-
-    def epoch_passed(self, finished):
-        """With `train.validate_every`: after an epoch's last step, a resume point (no
-        validation); True when training stops here (the budget, an early stop inside the
-        epoch)."""
-        state = self.state
-        if not finished:
-            log.info("%s", self.stopped or f"train.max_minutes={self.cfg.train.max_minutes} "
-                                           f"reached in epoch {state.epoch + 1}")
-            return True
-        state.epoch += 1
-        state.start_epoch()
-        log.info("epoch %d ended at step %d", state.epoch, state.step)
-        if self.parallel.is_chief:
-            state.minutes = self.clock.minutes()
-            self.checkpointing.resume_point(state)
-        return self.stops_after_epoch(False)
-
-
-def log_validation(record, by_updates):
-    """One line for a validation (its `TrainState.end_epoch` or `end_interval` record)."""
-    where = (f"step {record['step']} (epoch {record['epoch']})" if by_updates
-             else f"epoch {record['epoch']} step {record['step']}")
-    log.info("%s train loss %.3f val loss %.3f val BLEU %s tok/s %.0f (%.1f min)", where,
-             *(record[k] for k in ("train/loss", "valid/loss", "valid/bleu", "train/tok_s",
-                                   "wall_minutes")))
-
-
-def stop_reason(state, train_cfg, clock, is_chief, cut_short):
-    """Why training stops after the epoch that just ended (``state`` ready for the next one), or
-    None: the budget (``cut_short``: it ran out inside the epoch; else the chief decides on the
-    minutes its checkpoint recorded, as a resume does), or early stopping (the chief's, which
-    validated)."""
-    if cut_short or (is_chief and clock.out_of_time(state.minutes)):
-        return f"train.max_minutes={train_cfg.max_minutes} reached after {state.epoch} epochs"
-    if is_chief and state.early_stopped(train_cfg.patience):
-        return f"no better validation score for {state.stale_validations} epochs: early stop"
-    return None
