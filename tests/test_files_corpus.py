@@ -67,7 +67,7 @@ def test_settings_of_files_are_checked_in_one_line(tmp_path):
         DataConfig(name="files", src_lang="en", tgt_lang="xx", train=None, valid="dev")
     with pytest.raises(ConfigError, match="data.src_lang and data.tgt_lang are both en"):
         files_config(tmp_path, tgt_lang="en")
-    with pytest.raises(ConfigError, match="data.train/valid/test are for data=files"):
+    with pytest.raises(ConfigError, match="data.train/valid/test/prepared are for data=files"):
         DataConfig(train="corpus/train")
     with pytest.raises(ConfigError, match="data.max_length_ratio=0.5: give"):
         files_config(tmp_path, max_length_ratio=0.5)

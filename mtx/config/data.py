@@ -96,11 +96,6 @@ class DataConfig:
     sizes: List[int] = setting([4000, 200, 200], "three positive sizes, [train, val, test]",
                                low=1)
 
-    @property
-    def dropping_duplicates(self):
-        """`drop_duplicates`, null resolved by the corpus."""
-        return self.name == "files" if self.drop_duplicates is None else self.drop_duplicates
-
     def __post_init__(self):
         for key in ("train", "test"):  # one prefix given alone is a list of one
             if isinstance(getattr(self, key), str):

@@ -9,6 +9,12 @@ import numpy as onp
 from .vocab import UNK
 
 
+def drops_duplicates(cfg):
+    """Whether the `DataConfig` ``cfg`` drops repeated pairs: `data.drop_duplicates`, null
+    resolved by the corpus (data=files: yes; Multi30k's benchmark pairs stay whole)."""
+    return cfg.name == "files" if cfg.drop_duplicates is None else cfg.drop_duplicates
+
+
 def is_blank(src, tgt):
     return not src.strip() or not tgt.strip()
 

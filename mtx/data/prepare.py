@@ -27,7 +27,7 @@ from tqdm import tqdm
 from ..errors import DataError
 from ..files import atomic_write_text, fsync_dir
 from . import holds
-from .filters import Filter, UnknownCount, is_blank
+from .filters import Filter, UnknownCount, drops_duplicates, is_blank
 from .lines import stream_pairs
 from .pairs import PairIds, Side, SideWriter
 from .vocab import DEFAULT_OPTIONS, train_sentencepiece, vocabulary_options
@@ -93,7 +93,7 @@ def prepared_training(cfg, file_pairs, digests, tokenizer, tokenizer_digest, dat
     """The training split as `PreparedTraining`: encoded once (`encode_training`), then mapped
     from ``<data_dir>/prepared/<key>``."""
     key = _key(digests, tokenizer_digest, cfg.max_pair_len, cfg.max_length_ratio,
-               cfg.lowercase_source, FORMAT, cfg.drop_copies, cfg.dropping_duplicates)
+               cfg.lowercase_source, FORMAT, cfg.drop_copies, drops_duplicates(cfg))
     folder = Path(data_dir) / "prepared" / key
     with holds.preparing(folder):  # another run preparing it: wait, then use theirs
         if not (folder / "meta.json").is_file():
@@ -154,7 +154,7 @@ def encode_training(cfg, file_pairs, tokenizer, folder, describe=None):
 def _encode_into(cfg, file_pairs, tokenizer, tmp):
     writers = [SideWriter(tmp / name) for name in ("src", "tgt", "src_text", "tgt_text")]
     keep = Filter(cfg.max_pair_len, cfg.max_length_ratio, cfg.drop_copies,
-                  cfg.dropping_duplicates, cfg.lowercase_source)
+                  drops_duplicates(cfg), cfg.lowercase_source)
     read, tic = 0, time.time()
     unknown = UnknownCount()
     with tqdm(desc="preparing the training split", unit=" pairs", unit_scale=True,
