@@ -1,6 +1,9 @@
 """Validation by updates (`train.validate_every`): validations, the best checkpoint, averaging,
 patience and the metrics records counted in validations, whatever the epochs; resumes between
 two validations of one epoch as if never stopped."""
+import json
+import signal
+
 import numpy as onp
 import pytest
 
@@ -8,6 +11,7 @@ from mtx.config import ConfigError, TrainConfig
 from mtx.runs import faults
 from mtx.training import choose_final
 from tests.conftest import run_script
+from tests.test_reliability import _finish, _train
 from tests.test_rundir import _fit, _params, _stop_after
 
 
@@ -131,3 +135,44 @@ def test_without_validate_every_the_epochs_validate_as_before(tmp_path):
     fit.run()
     assert [r["epoch"] for r in fit.run_dir.records.metrics()] == [1, 2]
     assert fit.run_dir.checkpoints.validated_names() == ["epoch_001", "epoch_002"]
+
+
+# The smoke run of the kill tests (tests/test_reliability.py), validating every 20 updates: at
+# 20, 40, ..., 100 across its three epochs of 39 batches, and at the end (117).
+EVERY = "train.validate_every=20"
+
+
+def _outcome_by_updates(run_dir):
+    """What must not depend on interruptions: the last validation's parameter and optimizer
+    files, the validation records and the test translations."""
+    manifest = json.loads((run_dir / "checkpoints" / "step_000117.json").read_text())
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return (manifest["sha256"], [(m["step"], m["epoch"], m["train/loss"], m["valid/loss"])
+                                 for m in metrics],
+            (run_dir / "test_2016_flickr.hyp.tgt").read_text())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_by_updates(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("full") / "run"
+    _finish(_train(run_dir, EVERY))
+    outcome = _outcome_by_updates(run_dir)
+    assert [step for step, *_ in outcome[1]] == [20, 40, 60, 80, 100, 117]
+    return outcome
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_at, resumed_at", [("step:50", 49), ("validated:3", 59)])
+def test_kill_9_between_two_validations_of_one_epoch_then_resume(kill_at, resumed_at,
+                                                                 uninterrupted_by_updates,
+                                                                 tmp_path):
+    """kill -9 at update 50 (the second epoch, between its validations at 40 and 60), or inside
+    the validation at 60 (its checkpoint and `best` written, `latest` not): the run resumes from
+    the log point before (every 5 batches of the epoch) and ends as the uninterrupted one."""
+    run_dir = tmp_path / "run"
+    _finish(_train(run_dir, EVERY, kill_at=kill_at), -signal.SIGKILL)
+    err = _finish(_train(run_dir, EVERY, "train.resume=true"))
+    assert "Traceback" not in err
+    assert (f"resumed from latest (epoch 1, batch {resumed_at - 39} of the next, step "
+            f"{resumed_at})") in (run_dir / "train.log").read_text()
+    assert _outcome_by_updates(run_dir) == uninterrupted_by_updates
