@@ -2,6 +2,7 @@
 SHA-256 taken once, trusted by size and modification time; data.verify=full hashes again), keys
 that depend on content and settings only (the same vocabulary bytes in any folder), and
 duplicate pairs and copies dropped and counted."""
+import errno
 import logging
 import os
 
@@ -9,9 +10,10 @@ import numpy as onp
 import pytest
 
 from mtx.config import ConfigError, DataConfig
-from mtx.data import fingerprints, prepare
+from mtx.data import fingerprints, holds, prepare
 from mtx.data.corpus import load_corpus
 from mtx.data.filters import SeenPairs, drops_duplicates
+from mtx.errors import FileWriteError
 from tests.test_files_corpus import files_config, sentences, write_pairs
 
 
@@ -126,3 +128,28 @@ def test_seen_pairs_finds_repeats_within_and_across_chunks_and_merges(monkeypatc
         expected.append(pair in earlier)
         earlier.add(pair)
     assert flags == expected and len(seen.merged) > 0 and sum(expected) > 500
+
+
+def test_a_data_directory_that_cannot_be_written_still_serves_what_it_holds(corpus_dir,
+                                                                           monkeypatch, caplog):
+    """Prepared, then read-only (a shared cache): a start creates no lock file and keeps no
+    hash, and trains from what is there (a warning says the files are hashed again)."""
+    cfg = files_config(corpus_dir)
+    first = load_corpus(cfg, corpus_dir / "data", seed=0)
+    real_open = holds.os.open
+
+    def read_only(path, flags, *mode):
+        if flags & os.O_CREAT:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, flags, *mode)
+    monkeypatch.setattr(holds.os, "open", read_only)
+    monkeypatch.setattr(fingerprints, "atomic_write_json", _read_only_write)
+    os.utime(corpus_dir / "train.en")  # its recorded time no longer matches: hashed again
+    with caplog.at_level(logging.WARNING, logger="mtx.data.fingerprints"):
+        again = load_corpus(cfg, corpus_dir / "data", seed=0)
+    assert again.train_pairs() == first.train_pairs()
+    assert "the next start hashes it again" in caplog.text
+
+
+def _read_only_write(path, *args, **kwargs):
+    raise FileWriteError(f"cannot write {path} (Read-only file system)")

@@ -10,6 +10,7 @@ import json
 import logging
 from pathlib import Path
 
+from ..errors import FileWriteError
 from ..files import atomic_write_json, sha256_of
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,12 @@ def content_sha256(path, data_dir, verify="quick"):
         log.warning("%s changed without a new size or modification time (data.verify=full "
                     "found it): what was prepared from it is prepared again", path)
     if not unchanged or digest != record["sha256"]:
-        record_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(record_path, dict(seen, sha256=digest))
+        try:
+            record_path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(record_path, dict(seen, sha256=digest))
+        except (OSError, FileWriteError) as err:  # a read-only data directory: hashed each time
+            log.warning("cannot keep the SHA-256 of %s (%s): the next start hashes it again",
+                        path, err)
     return digest
 
 

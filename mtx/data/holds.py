@@ -8,6 +8,7 @@ drops a dead process's hold, ``kill -9`` too):
                         refused while any run holds it
 """
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -19,10 +20,20 @@ log = logging.getLogger(__name__)
 
 
 def _lock_file(folder, what):
+    """The lock file's descriptor; in a data directory this user cannot write, the file opened
+    to read if it is there, else None (no lock: nothing can be prepared or removed there)."""
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(folder.parent / f".{folder.name}.{what}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                   0o644)
+    path = folder.parent / f".{folder.name}.{what}"
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager
@@ -30,6 +41,9 @@ def preparing(folder):
     """While making ``folder``: the only process doing so (another one's preparation is waited
     for, said in the log)."""
     fd = _lock_file(folder, "preparing")
+    if fd is None:
+        yield
+        return
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -44,7 +58,10 @@ def preparing(folder):
 def in_use(folder):
     """Hold ``folder`` as in use while the returned file object is open (it closes when it is
     no longer referenced, or the process ends)."""
-    held = os.fdopen(_lock_file(folder, "in_use"), "rb")
+    fd = _lock_file(folder, "in_use")
+    if fd is None:
+        return None
+    held = os.fdopen(fd, "rb")
     fcntl.flock(held.fileno(), fcntl.LOCK_SH)
     return held
 
@@ -53,6 +70,9 @@ def in_use(folder):
 def unused(folder):
     """While removing ``folder``: no run holds it (DataError, one line, when one does)."""
     fd = _lock_file(folder, "in_use")
+    if fd is None:  # a data directory this user cannot write: removing fails in one line
+        yield
+        return
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
