@@ -52,11 +52,11 @@ def test_bench_command_help(tmp_path):
 
 
 def test_scripts_are_the_same_programs():
-    for name in HYDRA_COMMANDS + ("download",):
+    for name in HYDRA_COMMANDS + ("download", "prepare"):
         text = (ROOT / "scripts" / f"{name}.py").read_text()
         assert f"from mtx.commands.{name} import main" in text
     pyproject = (ROOT / "pyproject.toml").read_text()
-    for name in HYDRA_COMMANDS:
+    for name in HYDRA_COMMANDS + ("prepare",):
         assert f'mtx-{name} = "mtx.commands.{name}:main"' in pyproject
 
 

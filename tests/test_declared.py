@@ -21,6 +21,7 @@ WITH = {"data.train": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "da
         "data.valid": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.train=t"],
         "data.test": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.train=t",
                       "data.valid=v"],
+        "data.prepared": ["data=files", "data.src_lang=en", "data.tgt_lang=xx", "data.valid=v"],
         "data.subword_dropout_from": ["data.subword_dropout=0.1"],
         "data.train_weights": ["data=files", "data.src_lang=en", "data.tgt_lang=xx",
                                "data.train=t", "data.valid=v"],

@@ -32,9 +32,10 @@ def sentences(n, seed, lang):
 
 
 def files_config(tmp_path, **settings):
-    """A data=files config of <tmp_path>/train and <tmp_path>/dev, en -> de."""
+    """A data=files config of <tmp_path>/train and <tmp_path>/dev, en -> de, keeping repeated
+    pairs (`sentences` repeats short ones by chance; the tests of the filters drop them)."""
     values = dict(name="files", src_lang="en", tgt_lang="de", train=str(tmp_path / "train"),
-                  valid=str(tmp_path / "dev"), vocab_size=60)
+                  valid=str(tmp_path / "dev"), vocab_size=60, drop_duplicates=False)
     values.update(settings)
     return DataConfig(**values)
 
@@ -66,7 +67,7 @@ def test_settings_of_files_are_checked_in_one_line(tmp_path):
         DataConfig(name="files", src_lang="en", tgt_lang="xx", train=None, valid="dev")
     with pytest.raises(ConfigError, match="data.src_lang and data.tgt_lang are both en"):
         files_config(tmp_path, tgt_lang="en")
-    with pytest.raises(ConfigError, match="data.train/valid/test are for data=files"):
+    with pytest.raises(ConfigError, match="data.train/valid/test/prepared are for data=files"):
         DataConfig(train="corpus/train")
     with pytest.raises(ConfigError, match="data.max_length_ratio=0.5: give"):
         files_config(tmp_path, max_length_ratio=0.5)
@@ -104,8 +105,9 @@ def test_pairs_that_cannot_be_trained_on_are_dropped_and_counted(corpus_dir, cap
                              corpus_dir / "data", seed=0)
     assert len(corpus.training) == 296
     meta = json.loads(next((corpus_dir / "data" / "prepared").glob("*/meta.json")).read_text())
-    assert meta["dropped"] == {"empty": 2, "too_long": 1, "length_ratio": 1}
-    assert "300 pairs read, 296 kept (dropped: 2 empty, 1 too long, 1 length ratio" in caplog.text
+    assert meta["dropped"] == {"empty": 2, "too_long": 1, "length_ratio": 1, "copy": 0}
+    assert ("300 pairs read, 296 kept (dropped: 2 empty, 1 too long, 1 length ratio, 0 copy"
+            in caplog.text)
     write_pairs(corpus_dir / "train", "en", "de", ["", "x"], ["y", ""])
     with pytest.raises(DataError, match="have no pair with text on both sides"):
         load_corpus(files_config(corpus_dir), corpus_dir / "data", seed=0)
@@ -214,7 +216,7 @@ def test_a_run_that_reuses_the_prepared_split_logs_what_the_filters_dropped(corp
     with caplog.at_level(logging.INFO, logger="mtx.data.prepare"):
         load_corpus(files_config(corpus_dir), corpus_dir / "data", seed=0)  # a second run
     assert "training split: prepared before" in caplog.text
-    assert ("300 pairs read, 298 kept (dropped: 2 empty, 0 too long, 0 length ratio)"
+    assert ("300 pairs read, 298 kept (dropped: 2 empty, 0 too long, 0 length ratio, 0 copy)"
             in caplog.text)
 
 

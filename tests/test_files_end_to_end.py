@@ -128,7 +128,7 @@ def test_a_files_run_trains_on_the_kept_pairs_and_scores_each_test_set(files_run
     assert len(hypotheses) == 20 and hypotheses[3] == ""  # whole, the empty source empty
     # the preparation: one vocabulary index and one prepared split in the data directory
     data_dir = Path(files_run.env["MTX_DATA_DIR"])
-    prepared = [p for p in (data_dir / "prepared").iterdir()]
+    prepared = [p for p in (data_dir / "prepared").iterdir() if not p.name.startswith(".")]
     assert len(prepared) == 1 and (prepared[0] / "meta.json").is_file(), prepared
     assert json.loads((prepared[0] / "meta.json").read_text())["pairs"] == TRAIN_PAIRS
     assert len(list((data_dir / "spm" / "index").iterdir())) == 1

@@ -59,7 +59,7 @@ _draw = random.Random(KILL_SEED)
 KILLS = [f"step:{_draw.randint(1, STEPS)}",           # inside a step, anywhere in the run
          f"checkpoint:{_draw.randint(2, 20)}",        # data files written, manifest not yet
          f"evaluation:{_draw.randint(1, 3)}",         # the end-of-epoch validation
-         f"epoch_end:{_draw.randint(1, 3)}",          # epoch_NNN and best written, latest not
+         f"validated:{_draw.randint(1, 3)}",          # epoch_NNN and best written, latest not
          "final_translation:1"]                       # translating the test split at the end
 
 

@@ -76,7 +76,7 @@ def test_patience_stops_after_epochs_without_improvement(tmp_path):
     losses = iter([3.0, 2.0, 2.5, 2.4, 1.0, 1.0])  # improves twice, then two worse epochs
     fit.evaluate = lambda split: (next(losses), None)
     fit.run()
-    assert fit.state.epoch == 4 and fit.state.stale_epochs == 2
+    assert fit.state.epoch == 4 and fit.state.stale_validations == 2
     assert [r["epoch"] for r in fit.run_dir.records.metrics()] == [1, 2, 3, 4]
     resumed = _fit(tmp_path, max_epochs=10, patience=2, resume=True)  # a resume of the stopped
     resumed.evaluate = lambda split: pytest.fail("trained again after its early stop")  # run
@@ -87,7 +87,7 @@ def test_keep_last_rotates_epoch_checkpoints_and_their_files(tmp_path):
     fit = _fit(tmp_path, max_epochs=4, keep_last=2)
     fit.run()
     run = fit.run_dir
-    assert run.checkpoints.epoch_names() == ["epoch_003", "epoch_004"]
+    assert run.checkpoints.validated_names() == ["epoch_003", "epoch_004"]
     named = {json.loads(p.read_text())["files"][k] for p in run.checkpoints.manifests()
              for k in json.loads(p.read_text())["files"]}
     on_disk = {p.name for p in run.checkpoints.folder.iterdir()
@@ -152,14 +152,14 @@ def test_average_last_n_is_the_mean_of_the_last_epoch_checkpoints(toy_run):
     the last N epoch checkpoints, computed without writing into the run; N beyond what the run
     keeps is a one-line error."""
     run = RunDir(toy_run)
-    names = run.checkpoints.epoch_names()[-2:]
+    names = run.checkpoints.validated_names()[-2:]
     before = sorted(p.name for p in run.checkpoints.folder.iterdir())
     averaged = _params(load_run(toy_run, mx.cpu(), "average_last_2")[0])
     each = [_params(load_run(toy_run, mx.cpu(), name)[0]) for name in names]
     for key, value in averaged.items():
         assert onp.allclose(value, (each[0][key] + each[1][key]) / 2, atol=1e-6), key
     assert sorted(p.name for p in run.checkpoints.folder.iterdir()) == before
-    kept = len(run.checkpoints.epoch_names())
+    kept = len(run.checkpoints.validated_names())
     with pytest.raises(CheckpointError, match=f"keeps {kept} epoch checkpoints"):
         load_run(toy_run, mx.cpu(), f"average_last_{kept + 1}")
 
@@ -251,7 +251,7 @@ def test_epoch_checkpoints_sort_by_number(tmp_path):
     for epoch in (999, 1000, 998, 10):
         (store.folder / f"epoch_{epoch:03d}.json").write_text("{}")
     (store.folder / "latest.json").write_text("{}")
-    assert store.epoch_names() == ["epoch_010", "epoch_998", "epoch_999", "epoch_1000"]
+    assert store.validated_names() == ["epoch_010", "epoch_998", "epoch_999", "epoch_1000"]
     assert store.resume_points() == ["latest", "epoch_1000", "epoch_999", "epoch_998", "epoch_010"]
 
 

@@ -89,7 +89,7 @@ def test_two_trainings_into_one_directory_one_trains_the_other_is_refused(tmp_pa
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=600) == PREEMPTED, first.stderr.read().decode()[-2000:]
     store = RunDir(run_dir).checkpoints
-    for name in ["latest", *store.epoch_names()]:
+    for name in ["latest", *store.validated_names()]:
         store.verify(name)
 
 

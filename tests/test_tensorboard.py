@@ -94,7 +94,7 @@ def test_events_mirror_the_records_and_a_resume_starts_them_anew(tmp_path):
     scalars, starts = read_events(tmp_path)
     assert scalars["train/loss"] == [(3, 4.0), (6, 3.0), (9, 2.0), (12, 1.0)]
     assert scalars["valid/bleu"] == [(6, 1.5)] and starts == [0]
-    run.records.keep_until(epoch=1, step=9)  # resumed at step 9: step 12 is redone
+    run.records.keep_until(9, lambda r: r["epoch"] <= 1)  # resumed at step 9: 12 is redone
     run.records.append_step(_record(12, 1.5, epoch=2))
     run.records.close()
     assert [(r["step"], r["train/loss"]) for r in run.records.steps()] == [
@@ -114,7 +114,7 @@ def test_without_tensorboardX_the_records_go_on_after_one_warning(tmp_path, monk
         run.records.append_step(_record(3, 4.0))
         run.records.close()
         run.records.append_step(_record(6, 3.0))
-        RunDir(tmp_path).records.keep_until(epoch=0, step=6)
+        RunDir(tmp_path).records.keep_until(6, lambda r: r["epoch"] <= 0)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "tensorboardX is not installed" in warnings[0].getMessage()
     assert [r["step"] for r in RunDir(tmp_path).records.steps()] == [3, 6]

@@ -11,6 +11,7 @@ from ..typecheck import check_settings, setting
 TOY_TASKS = ("copy", "reverse")  # the toy task: the target is the source copied or reversed
 CORPORA = ("multi30k", "files", "toy")
 VOCABS = ("joint", "separate")  # one SentencePiece model for both sides, or one a side
+VERIFY = ("quick", "full")  # data.verify (`mtx.data.fingerprints`)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,20 @@ class DataConfig:
                                              "are ignored)", low=0)
     max_length_ratio: float = setting(9.0, "the longest ratio of a training pair's subword "
                                       "lengths to keep, at least 1 (9, as Moses' cleaning)", low=1.0)
+    drop_duplicates: Optional[bool] = setting(None, "true: a training pair seen before (both "
+                                                    "sides the same) is dropped and counted; "
+                                                    "null: true for data=files, false for "
+                                                    "Multi30k (its 29,000 pairs are the "
+                                                    "benchmark's)")
+    drop_copies: bool = setting(True, "true: a training pair whose target is its source "
+                                      "(untranslated) is dropped and counted")
+    prepared: Optional[str] = setting(None, "data=files: a corpus mtx-prepare made (a name in "
+                                            "the data directory's prepared/, or a folder), "
+                                            "trained from without reading data.train; null: "
+                                            "prepare in the data directory's cache")
+    verify: str = setting("quick", "quick (a training file of unchanged size and modification "
+                                   "time keeps the SHA-256 taken once) or full (every start "
+                                   "hashes the training files again)", choices=VERIFY)
     vocab_sample: int = setting(1_000_000, "how many training lines (source and target) "
                                 "SentencePiece learns from, at least 1000", low=1000)
     task: str = setting("reverse", f"the toy task, one of {', '.join(TOY_TASKS)}",
@@ -104,15 +119,17 @@ class DataConfig:
             value = getattr(self, key)
             if value:
                 object.__setattr__(self, key, _absolute(value))
+        if self.prepared and "/" in self.prepared:  # a folder; a bare name is in the data dir
+            object.__setattr__(self, "prepared", _absolute(self.prepared))
         check_settings(self, "data.")
         check_vocabulary_settings(self)
         check_corpus_mix(self)
         check_scoring_settings(self)
         if self.name == "files":
             check_files_settings(self)
-        elif self.train or self.valid or self.test:
-            raise ConfigError(f"data.train/valid/test are for data=files, not data.name="
-                              f"{self.name}: add data=files to the command")
+        elif self.train or self.valid or self.test or self.prepared:
+            raise ConfigError(f"data.train/valid/test/prepared are for data=files, not "
+                              f"data.name={self.name}: add data=files to the command")
         if self.subword_dropout and self.name == "toy":
             raise ConfigError(f"data.subword_dropout={self.subword_dropout}: BPE-dropout is for "
                               f"a SentencePiece corpus (not toy)")
@@ -194,8 +211,8 @@ def _absolute(prefixes):
 
 
 def check_files_settings(cfg):
-    """data=files: both languages named (they name the files) and the training and validation
-    prefixes given."""
+    """data=files: both languages named (they name the files) and the training prefixes (or a
+    prepared corpus) given."""
     for key in ("src_lang", "tgt_lang"):
         lang = getattr(cfg, key)
         if lang is None:
@@ -206,6 +223,10 @@ def check_files_settings(cfg):
                               f"names (<prefix>.<lang>), e.g. en")
     if cfg.src_lang == cfg.tgt_lang:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.src_lang}")
-    if not cfg.train or not cfg.valid:
-        raise ConfigError("data=files needs data.train=<prefix> (or a list) and "
-                          "data.valid=<prefix>: files <prefix>.<lang> or <prefix>.<lang>.gz")
+    if not (cfg.train or cfg.prepared):
+        raise ConfigError(f"data=files needs data.train=<prefix> (or a list; or data.prepared="
+                          f"<what mtx-prepare made>) and {NEEDS_VALID}")
+
+
+# what training on data=files needs besides (`mtx.data.sources.files_corpus`; mtx-prepare does not)
+NEEDS_VALID = "data.valid=<prefix>: files <prefix>.<lang> or <prefix>.<lang>.gz"

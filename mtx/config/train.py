@@ -53,19 +53,25 @@ class TrainConfig:
     max_minutes: Optional[float] = setting(None, "the wall-clock budget in minutes, > 0 (then "
                                                  "evaluate and stop), or null for none (then "
                                                  "train.max_epochs stops training)", above=0)
-    patience: int = setting(0, "epochs without a better val BLEU before stopping, 0 (never) or "
-                               "more", low=0)
+    validate_every: Optional[int] = setting(None, "the updates between two validations (each "
+                                                  "checkpointed as step_NNNNNN, one more at the "
+                                                  "end), 1 or more, e.g. 2000 where an epoch "
+                                                  "outlasts the budget; null: validate at every "
+                                                  "epoch's end", low=1)
+    patience: int = setting(0, "validations without a better val BLEU before stopping, 0 "
+                               "(never) or more", low=0)
     save_every_minutes: float = setting(5.0, "minutes between resume points inside an epoch, "
                                              ">= 0", low=0)
-    keep_last: int = setting(5, "epoch checkpoints kept, 0 or more", low=0)
-    average_last: int = setting(5, "the last checkpoints averaged at the end, 0 or more (0/1: "
-                                   "off)", low=0)
+    keep_last: int = setting(5, "validated checkpoints kept (epoch_NNN or step_NNNNNN), 0 or "
+                                "more", low=0)
+    average_last: int = setting(5, "the last validated checkpoints averaged at the end, 0 or "
+                                   "more (0/1: off)", low=0)
     ema_decay: float = setting(0.0, "0 (off) or a decay in (0, 1), e.g. 0.999: validate, choose "
                                     "and translate a moving average of the weights",
                                low=0, below=1)
     log_every: int = setting(50, "steps between reads from the device (and resume points), 1 or "
                                  "more", low=1)
-    eval_bleu: bool = setting(True, "true: val BLEU (greedy) each epoch")
+    eval_bleu: bool = setting(True, "true: val BLEU (greedy) at each validation")
     hybridize: bool = setting(True, "true: the model as one graph")
     resume: bool = setting(False, "true: go on with the run in the output folder")
     devices: Optional[List[str]] = setting(None, "this process's devices, e.g. [gpu:0,gpu:1], "

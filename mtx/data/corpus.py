@@ -6,13 +6,15 @@ from typing import Dict, List, Tuple
 
 from ..config import DataConfig
 from ..errors import ConfigError, DataError
-from ..files import sha256_of
 from .batching import batch_plan
+from .filters import Filter, UnknownCount, is_blank
+from .fingerprints import content_sha256
 from .lines import stream_pairs
 from .mix import CorpusMix, check_tag_pieces, corpus_mix, run_tags
 from .multi30k import TEST_SPLIT
+from .named import open_named
 from .pairs import PairIds
-from .prepare import Filter, UnknownCount, is_blank, prepared_training
+from .prepare import prepared_training
 from .sources import VALID, corpus_files
 from .toy import make_toy, toy_symbols
 from .vocab import WordTokenizer
@@ -116,18 +118,16 @@ class TrainingPairs:
 def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
     """Every split of the corpus of ``cfg``. Without a ``tokenizer`` (a trained run's), one is
     built: the toy task's word list, or a joint SentencePiece model of the training files
-    (`mtx.data.prepare`). The training split of files is prepared once and mapped."""
+    (`mtx.data.prepare`). The training split of files is prepared once and mapped; the files
+    are known by their SHA-256, taken once (`mtx.data.fingerprints`, ``data.verify``)."""
     if cfg.name == "toy":
         return toy_corpus(cfg, seed, tokenizer)
     files = corpus_files(cfg, data_dir)
-    sums = {path: sha256_of(path) for pair in files.train + files.vocab for path in pair}
-    if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
-        tokenizer = run_tokenizer(cfg, files.vocab, [sums[p] for pair in files.vocab for p in pair],
-                                  data_dir, run_tags(cfg.train_tags, cfg.user_symbols))
-    check_tag_pieces(tokenizer, cfg.train_tags)
-    prepared = prepared_training(cfg, files.train, [sums[p] for pair in files.train for p in pair],
-                                 tokenizer, tokenizer_sha256(tokenizer), data_dir)
-    mix = corpus_mix(cfg, files.train, prepared.meta["corpora"])
+    if cfg.prepared:  # made by mtx-prepare: no training file is read
+        tokenizer, prepared = open_named(cfg, data_dir, tokenizer)
+    else:
+        tokenizer, prepared = prepare_training(cfg, files, data_dir, tokenizer)
+    mix = corpus_mix(cfg, files.train or prepared.meta["files"], prepared.meta["corpora"])
     text = {name: read_held(name, pair, cfg.lowercase_source)
             for name, pair in files.splits.items()}
     ids = {split: (tokenizer.source.encode(src), tokenizer.target.encode(tgt))
@@ -140,8 +140,23 @@ def load_corpus(cfg: DataConfig, data_dir, seed, tokenizer=None):
     return Corpus(text, ids, tokenizer, prepared.pairs, prepared, files.test_names, mix)
 
 
+def prepare_training(cfg, files, data_dir, tokenizer=None):
+    """(tokenizer, `PreparedTraining`) of the training files of `CorpusFiles` ``files``: the
+    vocabulary (unless ``tokenizer`` is given) and the split made once in the data directory."""
+    sums = {path: content_sha256(path, data_dir, cfg.verify)
+            for path in dict.fromkeys(p for pair in files.train + files.vocab for p in pair)}
+    if tokenizer is None:  # of the references: a student shares its teacher's vocabulary
+        tokenizer = run_tokenizer(cfg, files.vocab, [sums[p] for pair in files.vocab for p in pair],
+                                  data_dir, run_tags(cfg.train_tags, cfg.user_symbols))
+    check_tag_pieces(tokenizer, cfg.train_tags)
+    return tokenizer, prepared_training(cfg, files.train,
+                                        [sums[p] for pair in files.train for p in pair],
+                                        tokenizer, tokenizer_sha256(tokenizer), data_dir)
+
+
 def toy_corpus(cfg, seed, tokenizer=None):
-    """The toy task, in memory, filtered as files are (`mtx.data.prepare.Filter`)."""
+    """The toy task, in memory, filtered as files are (`mtx.data.filters.Filter`: no copies or duplicates
+    dropped, the copy task is made of copies)."""
     text = make_toy(cfg.task, cfg.num_symbols, cfg.min_len, cfg.max_toy_len, cfg.sizes, seed)
     tokenizer = tokenizer or WordTokenizer(toy_symbols(cfg.num_symbols))
     ids = {split: (tokenizer.encode(src), tokenizer.encode(tgt)) for split, (src, tgt) in text.items()}

@@ -1,12 +1,15 @@
 """What is made once per corpus and reused by the next run, a resume and every worker: the
 training split encoded into subword ids on disk (`mtx.data.pairs`, memory-mapped), with the
-pairs that cannot be trained on dropped and counted (the vocabulary: `mtx.data.vocabularies`).
+pairs that cannot or should not be trained on dropped and counted (`mtx.data.filters`; the
+vocabulary: `mtx.data.vocabularies`).
 
 In the data directory (`mtx.datadir`):
     prepared/<key>/                 the encoded training split, keyed by the files' bytes, the
                                     tokenizer and the filters: meta.json, src.*, tgt.* (ids),
                                     src_text.*, tgt_text.* (the kept pairs' UTF-8 text, for
-                                    BPE-dropout); written whole or not at all
+                                    BPE-dropout); written whole or not at all, by one process
+                                    at a time (`mtx.data.holds`)
+    prepared/<name>/                a corpus mtx-prepare made (`mtx.data.named`)
 """
 import hashlib
 import json
@@ -20,9 +23,10 @@ from tqdm import tqdm
 
 from ..errors import DataError
 from ..files import atomic_write_text, fsync_dir
+from . import holds
+from .filters import Filter, UnknownCount, drops_duplicates
 from .lines import stream_pairs
 from .pairs import PairIds, Side, SideWriter
-from .vocab import UNK
 
 log = logging.getLogger(__name__)
 
@@ -42,50 +46,17 @@ def read_training_pairs(file_pairs, lowercase_source, tags=None):
             yield corpus, (tag + src if tag and src.strip() else src), tgt
 
 
-def is_blank(src, tgt):
-    return not src.strip() or not tgt.strip()
-
-
-class Filter:
-    """Why a training pair is dropped, counted: an empty side, more than ``max_pair_len`` - 1
-    subwords on a side (with its EOS, over ``max_pair_len``), or one side over ``max_ratio``
-    times the other's subwords (OpenNMT's and Moses' cleaning)."""
-
-    REASONS = ("empty", "too_long", "length_ratio")
-
-    def __init__(self, max_pair_len, max_ratio):
-        self.max_pair_len, self.max_ratio = max_pair_len, max_ratio
-        self.counts = dict.fromkeys(self.REASONS, 0)
-
-    def reason(self, src_ids, tgt_ids):
-        short, long = sorted((len(src_ids), len(tgt_ids)))
-        if short == 0:
-            return "empty"
-        if long >= self.max_pair_len:
-            return "too_long"
-        if long > self.max_ratio * short:
-            return "length_ratio"
-        return None
-
-    def keep(self, src_ids, tgt_ids):
-        reason = self.reason(src_ids, tgt_ids)
-        if reason:
-            self.counts[reason] += 1
-        return reason is None
-
-    def described(self):
-        return ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in self.counts.items())
-
-
 def prepared_training(cfg, file_pairs, digests, tokenizer, tokenizer_digest, data_dir):
     """The training split as `PreparedTraining`: encoded once (`encode_training`), then mapped
     from ``<data_dir>/prepared/<key>``."""
     key = _key(digests, tokenizer_digest, cfg.max_pair_len, cfg.max_length_ratio,
-               cfg.lowercase_source, FORMAT, *([cfg.train_tags] if any(cfg.train_tags) else []))
+               cfg.lowercase_source, FORMAT, cfg.drop_copies, drops_duplicates(cfg),
+               *([cfg.train_tags] if any(cfg.train_tags) else []))
     folder = Path(data_dir) / "prepared" / key
-    if not (folder / "meta.json").is_file():
-        encode_training(cfg, file_pairs, tokenizer, folder)
-        return PreparedTraining(folder)
+    with holds.preparing(folder):  # another run preparing it: wait, then use theirs
+        if not (folder / "meta.json").is_file():
+            encode_training(cfg, file_pairs, tokenizer, folder)
+            return PreparedTraining(folder)
     prepared = PreparedTraining(folder)
     meta = prepared.meta  # every run's log counts what the filters dropped, not the first's only
     log.info("training split: prepared before (%s): %d pairs read, %d kept (dropped: %s)",
@@ -102,6 +73,7 @@ class PreparedTraining:
 
     def __init__(self, folder):
         self.folder = Path(folder)
+        self.hold = holds.in_use(self.folder)  # a prune waits for this process to end
         self.meta = json.loads((self.folder / "meta.json").read_text())
         self.pairs = PairIds(Side.mapped(self.folder / "src"), Side.mapped(self.folder / "tgt"))
         self.text = tuple(Side.mapped(self.folder / f"{side}_text", "uint8")
@@ -113,10 +85,11 @@ class PreparedTraining:
         return [bytes(text[i]).decode("utf-8") for i in range(start, stop)]
 
 
-def encode_training(cfg, file_pairs, tokenizer, folder):
+def encode_training(cfg, file_pairs, tokenizer, folder, describe=None):
     """Read, filter and encode the training pairs a chunk at a time into ``folder`` (made in a
-    temporary folder beside it, renamed when complete: a killed preparation leaves nothing that
-    is used, and another worker's finished one is kept). DataError when no pair is left."""
+    temporary folder beside it, with what ``describe(tmp)`` adds, renamed when complete: a
+    killed preparation leaves nothing that is used, and another worker's finished one is
+    kept). DataError when no pair is left."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".{folder.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -124,6 +97,8 @@ def encode_training(cfg, file_pairs, tokenizer, folder):
     try:
         meta = _encode_into(cfg, file_pairs, tokenizer, tmp)
         atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1))
+        if describe is not None:
+            describe(tmp)
         try:
             os.rename(tmp, folder)
         except OSError:  # another worker finished first: theirs is the same
@@ -136,7 +111,9 @@ def encode_training(cfg, file_pairs, tokenizer, folder):
 
 def _encode_into(cfg, file_pairs, tokenizer, tmp):
     writers = [SideWriter(tmp / name) for name in ("src", "tgt", "src_text", "tgt_text")]
-    keep, read, tic = Filter(cfg.max_pair_len, cfg.max_length_ratio), 0, time.time()
+    keep = Filter(cfg.max_pair_len, cfg.max_length_ratio, cfg.drop_copies,
+                  drops_duplicates(cfg), cfg.lowercase_source)
+    read, tic = 0, time.time()
     unknown, kept_by_corpus = UnknownCount(), [0] * len(file_pairs)
     with tqdm(desc="preparing the training split", unit=" pairs", unit_scale=True,
               mininterval=2, leave=False) as bar:
@@ -145,9 +122,7 @@ def _encode_into(cfg, file_pairs, tokenizer, tmp):
             pairs = [(src, tgt) for _, src, tgt in chunk]
             src_ids = tokenizer.source.encode([src for src, _ in pairs])
             tgt_ids = tokenizer.target.encode([tgt for _, tgt in pairs])
-            rows = [i for i, (src, tgt) in enumerate(pairs) if not is_blank(src, tgt)
-                    and keep.keep(src_ids[i], tgt_ids[i])]
-            keep.counts["empty"] += sum(is_blank(src, tgt) for src, tgt in pairs)
+            rows = keep.kept_rows(pairs, src_ids, tgt_ids)
             for i in rows:
                 kept_by_corpus[chunk[i][0]] += 1
             for writer, values, side in zip(writers, (src_ids, tgt_ids), (0, 1)):
@@ -168,33 +143,11 @@ def _encode_into(cfg, file_pairs, tokenizer, tmp):
     if not kept:
         raise DataError(f"no training pair is left after the filters ({keep.described()} of "
                         f"{read}): check the files, or raise data.max_len or "
-                        f"data.max_length_ratio")
+                        f"data.max_length_ratio (data.drop_copies=false keeps copies)")
     log.info("training split: %s", unknown.described())
     return {"pairs": kept, "read": read, "dropped": keep.counts, "seconds": round(seconds, 1),
             "files": [[str(p) for p in pair] for pair in file_pairs], "unknown": unknown.counts,
             "corpora": kept_by_corpus}
-
-
-class UnknownCount:
-    """How a vocabulary cuts each side of a split: how many subwords are ``<unk>`` (characters
-    it lacks), of how many, for how many words (whitespace-separated): ``counts`` {side:
-    [unknown, subwords, words]}. A fine-tuning run's log shows how well its parent's vocabulary
-    fits the new text."""
-
-    def __init__(self, counts=None):
-        self.counts = counts or {"src": [0, 0, 0], "tgt": [0, 0, 0]}
-
-    def add(self, side, id_lists, texts):
-        counts = self.counts[side]
-        for ids, text in zip(id_lists, texts):
-            counts[0] += ids.count(UNK)
-            counts[1] += len(ids)
-            counts[2] += len(text.split())
-
-    def described(self):
-        return ", ".join(f"<unk> {100 * n / max(total, 1):.3f}% of the {name} subwords "
-                         f"({total / max(words, 1):.2f} a word)" for name, (n, total, words)
-                         in zip(("source", "target"), self.counts.values()))
 
 
 def _chunked(pairs, size=CHUNK_PAIRS):

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..errors import DataError
-from ..files import sha256_of
+from ..config.data import NEEDS_VALID
+from ..errors import ConfigError, DataError
 from .multi30k import TEST_SPLIT, file_name, multi30k_file, check_pair
 from .tsv import tsv_file, tsv_pair
 
@@ -71,8 +71,12 @@ def held_prefixes(cfg):
 
 def files_corpus(cfg, data_dir):
     """`CorpusFiles` of data=files (`mtx.config.DataConfig.train`, ``valid``, ``test``), TSV
-    files split into ``data_dir``."""
-    train = [prefix_pair(prefix, cfg, "data.train", data_dir) for prefix in cfg.train]
+    files split into ``data_dir``; no training files with ``data.prepared`` (mtx-prepare read
+    them)."""
+    if not cfg.valid:
+        raise ConfigError(f"data=files needs {NEEDS_VALID}")
+    train = [prefix_pair(prefix, cfg, "data.train", data_dir)
+             for prefix in ([] if cfg.prepared else cfg.train)]
     splits = {name: prefix_pair(prefix, cfg, "data.valid" if name == VALID else "data.test",
                                 data_dir)
               for name, prefix in held_prefixes(cfg).items()}
@@ -109,8 +113,3 @@ def corpus_files(cfg, data_dir):
         train = train + distilled if cfg.distilled_with_references else distilled
     return CorpusFiles(train, vocab, splits)
 
-
-def files_digest(pairs):
-    """SHA-256 of each file's bytes, in order: what a cached vocabulary or prepared corpus is
-    keyed by (a changed file gets new ones)."""
-    return [sha256_of(path) for pair in pairs for path in pair]

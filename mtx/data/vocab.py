@@ -1,10 +1,10 @@
 """Tokenizers and the special-token ids every part of mtx agrees on."""
 import hashlib
-import os
+import io
 from pathlib import Path
 
 from ..errors import ConfigError, TokenizerError
-from ..files import atomic_write
+from ..files import atomic_write_bytes
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -78,8 +78,8 @@ class SentencePieceTokenizer:
         return [self._sp.id_to_piece(int(i)) for i in ids]
 
     def definition(self):
-        """What this tokenizer does to text, without where its model was trained (the model
-        file also records the paths of its training text): every piece with its score and
+        """What this tokenizer does to text, without where its model was trained (a model
+        SentencePiece learnt from a file also records that file's path): every piece with its score and
         kind, the ids of a text that normalisation changes, and the source lowercasing."""
         sp = self._sp
         pieces = [(sp.id_to_piece(i), round(sp.get_score(i), 6), sp.is_control(i),
@@ -132,7 +132,9 @@ def vocabulary_options(cfg, langs=None, with_tags=True):
 def train_sentencepiece(texts, vocab_size, cache_dir, options=None):
     """Train (or reuse) a joint BPE model on ``texts`` with SentencePiece's ``options``
     (`vocabulary_options`; None: `DEFAULT_OPTIONS`); cached by content hash, size and the
-    options that differ from the defaults.
+    options that differ from the defaults. SentencePiece reads the lines from memory and writes
+    the model to memory, so the model records no file path: the same lines and settings give
+    the same bytes in any folder and process.
 
     Returns the path of the ``.model`` file; it is written atomically."""
     import sentencepiece as spm
@@ -149,23 +151,17 @@ def train_sentencepiece(texts, vocab_size, cache_dir, options=None):
     if model.exists():
         return model
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp_prefix = cache_dir / f".{key}.{os.getpid()}"
-    corpus = Path(f"{tmp_prefix}.txt")
-    corpus.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    written = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            input=str(corpus), model_prefix=str(tmp_prefix), vocab_size=vocab_size,
+            sentence_iterator=iter(texts), model_writer=written, vocab_size=vocab_size,
             model_type="bpe", pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, num_threads=2,
             input_sentence_size=0, minloglevel=2, **options)
-        atomic_write(model, lambda tmp: os.replace(f"{tmp_prefix}.model", tmp))
     except RuntimeError as err:  # e.g. fewer pieces than the corpus has characters, or more
         # than its words can make
         raise ConfigError(f"data.vocab_size={vocab_size}: SentencePiece cannot build it "
                           f"({str(err).strip().splitlines()[-1]}); choose another size") from None
-    finally:
-        for leftover in (corpus, Path(f"{tmp_prefix}.vocab"), Path(f"{tmp_prefix}.model")):
-            leftover.unlink(missing_ok=True)
-    return model
+    return atomic_write_bytes(model, written.getvalue())
 
 
 class WordTokenizer:

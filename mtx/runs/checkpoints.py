@@ -3,8 +3,8 @@ manifests that make each checkpoint one unit.
 
 Files: ``params-<sha>.params``, ``states-<sha>.states`` and, with a moving average of the
 weights (train.ema_decay), ``ema-<sha>.params`` (never overwritten) and
-``<name>.json``, a manifest naming the files of checkpoint ``<name>`` (latest, epoch_NNN, best,
-average) with their SHA-256, the model config and the training state. The
+``<name>.json``, a manifest naming the files of checkpoint ``<name>`` (latest, epoch_NNN or
+step_NNNNNN, best, average) with their SHA-256, the model config and the training state. The
 data files are written first and the manifest last, atomically: a crash or a full disk between
 two files leaves the previous manifest pointing at the previous files. Every file is verified
 against its manifest before it is loaded, so the optimizer state (a pickle) is never unpickled
@@ -41,6 +41,9 @@ def old_format_error(path, what):
                            f"read; train the run again, or use the mtx that wrote it")
 
 
+VALIDATED_PREFIXES = ("epoch", "step")  # <prefix>_<number>: a validation's checkpoint
+
+
 class CheckpointFolder:
     """The names of the checkpoints in ``folder`` (a run's checkpoints/): which there are and
     where their manifests are (nothing is verified)."""
@@ -51,17 +54,20 @@ class CheckpointFolder:
     def manifests(self):
         return sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []
 
-    def epoch_names(self):
-        """epoch_NNN of the kept epoch checkpoints, oldest first (by number: epoch_1000 after
+    def validated_names(self):
+        """The kept checkpoints of validations, oldest first: epoch_NNN (a validation at each
+        epoch's end) or step_NNNNNN (`train.validate_every`), by number (epoch_1000 after
         epoch_999)."""
-        names = [p.stem for p in self.folder.glob("epoch_*.json")]
-        return sorted(names, key=lambda name: (int(name[6:]) if name[6:].isdigit() else -1, name))
+        names = [p.stem.split("_", 1) for p in self.folder.glob("*_*.json")]
+        names = [(VALIDATED_PREFIXES.index(kind), int(n) if n.isdigit() else -1, f"{kind}_{n}")
+                 for kind, n in names if kind in VALIDATED_PREFIXES]
+        return [name for *_, name in sorted(names)]
 
     def resume_points(self):
-        """The checkpoints training can continue from, newest first: `latest`, then the epoch
-        checkpoints."""
+        """The checkpoints training can continue from, newest first: `latest`, then the
+        validated checkpoints."""
         latest = ["latest"] if (self.folder / "latest.json").is_file() else []
-        return latest + self.epoch_names()[::-1]
+        return latest + self.validated_names()[::-1]
 
     def manifest_path(self, name):
         """The manifest of checkpoint ``name`` (or a path to one); CheckpointError listing the
@@ -94,8 +100,8 @@ class CheckpointFolder:
             except (OSError, ValueError, AttributeError):
                 continue  # a damaged manifest names nothing; verify reports it when it is chosen
         raise CheckpointError(f"checkpoint={params_file}: no checkpoint of {self.folder.parent} "
-                              f"names this file; choose checkpoint= a name such as best, last or "
-                              f"epoch_NNN")
+                              f"names this file; choose checkpoint= best, last, epoch_NNN or "
+                              f"step_NNNNNN")
 
 
 

@@ -3,9 +3,9 @@ process SIGKILL (or the signal named, e.g. SIGTERM; RAISE: raises `InjectedFault
 instead; SLEEP<seconds>, e.g. SLEEP8: the thread stalls that long) the n-th time it reaches
 `point(<point>)`.
 Points: ``step`` (after a training step is queued), ``checkpoint`` (a checkpoint's data files
-written, its manifest not yet), ``epoch_end`` (an epoch's checkpoints written, the resume point
-`latest` not yet), ``evaluation`` (inside an evaluation on val: at an epoch's end, then those of
-the final checkpoint choice), ``final_translation`` (before translating each test set at the
+written, its manifest not yet), ``validated`` (a validation's checkpoints written, the resume
+point `latest` not yet), ``evaluation`` (inside an evaluation on val: at each validation, then
+those of the final checkpoint choice), ``final_translation`` (before translating each test set at the
 end), ``export_staged`` (a new export whole beside ``output=``, not yet in its place),
 ``export_replaced`` (in its place, the earlier export not yet deleted), ``model_round`` (each
 round of mtx-serve's model thread), ``queue_locked`` (mtx-serve's request queue, its lock held),

@@ -117,8 +117,8 @@ def gate_training_plot(history, layer_names, heads_per_layer, path):
 
 
 def learning_curve(records, path):
-    """Train/val loss and val BLEU per epoch (a run's metrics.jsonl records, `RunRecords.metrics`),
-    against wall minutes."""
+    """Train/val loss and val BLEU per validation (a run's metrics.jsonl records,
+    `RunRecords.metrics`), against wall minutes."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

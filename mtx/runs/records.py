@@ -1,4 +1,4 @@
-"""A run's records: ``metrics.jsonl`` (one record per epoch), ``steps.jsonl`` (one per log
+"""A run's records: ``metrics.jsonl`` (one record per validation), ``steps.jsonl`` (one per log
 point and epoch end: the loss, learning rate and tokens/s of the steps since the record before)
 and TensorBoard's view of both (``events.out.tfevents.*``, `mtx.runs.tensorboard`). Each file is
 appended to; after a resume the records of what is trained again are dropped (`keep_until`)."""
@@ -19,7 +19,7 @@ class RunRecords:
         self.events = None  # the TensorBoard event log, opened by the first record written
 
     def append_metrics(self, record):
-        """An epoch's record (metrics.jsonl, and TensorBoard)."""
+        """A validation's record (metrics.jsonl, and TensorBoard)."""
         events = self.event_log()
         append_line(self.path / "metrics.jsonl", json.dumps(record), RESUME_HINT)
         events.add(record, epoch=True)
@@ -36,11 +36,12 @@ class RunRecords:
     def steps(self):
         return read_json_lines(self.path / "steps.jsonl", CheckpointError)
 
-    def keep_until(self, epoch, step):
-        """Drop the records of epochs after ``epoch`` and of steps after ``step`` (they are
-        being redone after a resume); the TensorBoard events start anew from those kept."""
+    def keep_until(self, step, metrics_kept):
+        """Drop the records of steps after ``step`` and the metrics records ``metrics_kept``
+        (a predicate, `TrainState.metrics_kept`) refuses: they are being redone after a resume;
+        the TensorBoard events start anew from those kept."""
         self.close()
-        for name, kept in (("metrics.jsonl", [r for r in self.metrics() if r["epoch"] <= epoch]),
+        for name, kept in (("metrics.jsonl", [r for r in self.metrics() if metrics_kept(r)]),
                            ("steps.jsonl", [r for r in self.steps() if r["step"] <= step])):
             atomic_write_text(self.path / name, "".join(json.dumps(r) + "\n" for r in kept),
                               RESUME_HINT)

@@ -13,11 +13,12 @@ from ..typecheck import declared, renamed
 
 # What a resumed run may change: how long it trains, how often it saves, where it runs (its
 # precision is the one it started with anyway). Any other train.* key, the seed and data.* (but
-# where the corpus is read from) decide the steps it takes: a resume must take the same ones.
+# where Multi30k is read from and how the files are checked) decide the steps it takes: a resume
+# must take the same ones.
 RESUME_MAY_CHANGE = {"train": {"resume", "max_epochs", "max_minutes", "patience",
                                "save_every_minutes", "keep_last", "devices", "kvstore",
                                "hybridize", "precision"},
-                     "data": {"raw_dir"}}
+                     "data": {"raw_dir", "verify"}}
 
 
 # run.json's keys added since runs were first written: a run without one is not compared on it

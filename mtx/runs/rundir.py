@@ -115,7 +115,7 @@ class RunDir:
 
     def checkpoint_name(self, which="auto"):
         """The checkpoint ``which`` names: auto -> the one the run chose (report.json; best
-        before the run finished), last -> the newest epoch checkpoint, a .params file -> its
+        before the run finished), last -> the newest validated checkpoint, a .params file -> its
         manifest; any other name as it is (`CheckpointStore.verify` checks it)."""
         if which == "auto":
             report = self.report()
@@ -127,24 +127,24 @@ class RunDir:
         if str(which).endswith(".params"):
             return self.checkpoints.manifest_of(which)
         if which == "last":
-            names = self.checkpoints.epoch_names()
+            names = self.checkpoints.validated_names()
             if not names:
-                raise CheckpointError(f"{self.checkpoints.folder} has no epoch checkpoints yet")
+                raise CheckpointError(f"{self.checkpoints.folder} has no validated checkpoints yet")
             return names[-1]
         return which
 
     def locate_checkpoint(self, which="auto"):
-        """What ``which`` (as `load_run` takes it) names: the list of epoch checkpoint names to
+        """What ``which`` (as `load_run` takes it) names: the list of validated checkpoints to
         average (average_last_N), else the path of its manifest; CheckpointError when the run
         has no such checkpoint. Only names are looked at (`load_run` verifies the files)."""
         name = self.checkpoint_name(which)
         average = re.fullmatch(r"average_last_(\d+)", str(name))
         if not average:
             return self.checkpoints.manifest_path(name)
-        n, names = int(average.group(1)), self.checkpoints.epoch_names()
+        n, names = int(average.group(1)), self.checkpoints.validated_names()
         if not 1 <= n <= len(names):
             raise CheckpointError(f"checkpoint=average_last_{n}: {self.checkpoints.folder} keeps "
-                                  f"{len(names)} epoch checkpoints (train.keep_last); pick N "
+                                  f"{len(names)} validated checkpoints (train.keep_last); pick N "
                                   f"from 1 to {len(names)}")
         return names[-n:]
 
@@ -166,15 +166,16 @@ def require_run(run_dir):
 
 def load_run(run_dir, ctx, which="auto"):
     """(model, tokenizer, DataConfig) of a run directory. ``which``: auto (the checkpoint the run
-    chose: average or best), best, average, last, latest, epoch_NNN, average_last_N (the mean of
-    the last N epoch checkpoints, computed here, nothing written), or a manifest path."""
+    chose: average or best), best, average, last, latest, epoch_NNN, step_NNNNNN,
+    average_last_N (the mean of the last N validated checkpoints, computed here, nothing
+    written), or a manifest path."""
     from ..data.corpus import load_tokenizer
     from ..model.transformer import Transformer
     run = require_run(run_dir)
     found = run.locate_checkpoint(which)
     model_cfg = run.model_config()
     model = Transformer(model_cfg)
-    if isinstance(found, list):  # average_last_N: the mean of those epoch checkpoints
+    if isinstance(found, list):  # average_last_N: the mean of those checkpoints
         average_into(run.checkpoints, model, found, [ctx])
     else:
         run.checkpoints.load(run.checkpoints.verify(found, model_cfg), model, ctx)

@@ -1,6 +1,7 @@
 """When the training loop checkpoints and where it resumes: a resume point (`latest`) every
-`train.save_every_minutes` and at every epoch's end, epoch checkpoints kept `train.keep_last`
-deep (at least `train.average_last`), `best`, and resume from the newest intact one."""
+`train.save_every_minutes`, at every epoch's end and at every validation, the validations'
+checkpoints kept `train.keep_last` deep (at least `train.average_last`), `best`, and resume
+from the newest intact one."""
 import json
 import logging
 import time
@@ -10,6 +11,12 @@ from ..errors import CheckpointError
 from .state import TrainState
 
 log = logging.getLogger(__name__)
+
+
+def validated_name(state, by_updates):
+    """The checkpoint name of a validation at ``state`` (a `TrainState`): step_NNNNNN when
+    validating ``by_updates`` (`train.validate_every`), else epoch_NNN."""
+    return f"step_{state.step:06d}" if by_updates else f"epoch_{state.epoch:03d}"
 
 
 class Checkpointing:
@@ -30,17 +37,18 @@ class Checkpointing:
         return self.store.save(name, self.pieces.model, self.pieces.trainer, state,
                                ema=self.pieces.ema, **meta)
 
-    def epoch_end(self, state, valid, improved):
-        """A finished epoch as `epoch_NNN` (and `best` when it ``improved``), then as the resume
-        point `latest`: last, so that a crash before it redoes the epoch's end, links and all.
-        Older epochs beyond `keep_last` go, with their files."""
-        manifest = self.resume_point(state, f"epoch_{state.epoch:03d}", valid=valid)
+    def validated(self, state, name, valid, improved):
+        """A validation's checkpoint ``name`` (`validated_name`; `best` too when it
+        ``improved``), then the resume point `latest`: last, so that a crash before it redoes
+        the validation, links and all. Older validated checkpoints beyond `keep_last` go, with
+        their files."""
+        manifest = self.resume_point(state, name, valid=valid)
         if improved:
             self.store.link("best", manifest)
-        faults.point("epoch_end")
+        faults.point("validated")
         self.store.link("latest", manifest)
         keep = max(self.train_cfg.keep_last, self.train_cfg.average_last, 1)
-        self.store.drop(self.store.epoch_names()[:-keep])
+        self.store.drop(self.store.validated_names()[:-keep])
         self.store.collect_garbage()
 
     def at_log_point(self, state, minutes, parallel):

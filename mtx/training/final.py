@@ -1,6 +1,6 @@
-"""The end of a run: the final checkpoint (the best epoch, or the average of the last ones) and
-the report on every available test set (report.json), which a stop signal can interrupt between
-test sets and a resumed run continues (`PARTIAL_REPORT`)."""
+"""The end of a run: the final checkpoint (the best validated one, or the average of the last
+ones) and the report on every available test set (report.json), which a stop signal can
+interrupt between test sets and a resumed run continues (`PARTIAL_REPORT`)."""
 import dataclasses
 import logging
 
@@ -32,19 +32,19 @@ def intact(store, names, model_cfg):
 
 def choose_final(fit):
     """The best checkpoint by validation score, or the average of the last `average_last`
-    epoch checkpoints if that scores at least as well. Leaves the choice loaded in the model."""
+    validated checkpoints if that scores at least as well. Leaves the choice loaded in the model."""
     store, ctxs = fit.run_dir.checkpoints, fit.pieces.ctxs
     store.load(store.verify("best", fit.model.cfg), fit.model, ctxs)
     best_loss, best_bleu = fit.evaluate("val")
     best = validation_score(best_loss, best_bleu)
     average_last = fit.cfg.train.average_last
-    last = (intact(store, store.epoch_names()[-average_last:], fit.model.cfg)
+    last = (intact(store, store.validated_names()[-average_last:], fit.model.cfg)
             if average_last > 1 else [])
     if len(last) > 1:
         save_average(store, fit.model, last, ctxs)
         avg_loss, avg_bleu = fit.evaluate("val")
         average = validation_score(avg_loss, avg_bleu)
-        log.info("validation score: best epoch %s, average of the last %d %s", best, len(last),
+        log.info("validation score: best checkpoint %s, average of the last %d %s", best, len(last),
                  average)
         if average >= best:
             return {"checkpoint": "average", "averaged": len(last), "valid_bleu": avg_bleu,
