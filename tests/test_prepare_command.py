@@ -47,7 +47,7 @@ def test_a_prepared_folder_trains_without_reading_the_training_files(corpus_dir,
     direct = load_corpus(files_config(corpus_dir, drop_duplicates=None), corpus_dir / "other",
                          seed=0)
     monkeypatch.setattr(corpus_module, "content_sha256", _never)
-    monkeypatch.setattr(corpus_module, "vocabulary_model", _never)
+    monkeypatch.setattr(corpus_module, "run_tokenizer", _never)
     prepared = load_corpus(_on_prepared(corpus_dir), corpus_dir / "data", seed=0)
     assert prepared.train_pairs() == direct.train_pairs()
     assert prepared.tokenizer.definition() == direct.tokenizer.definition()

@@ -10,7 +10,7 @@ import numpy as onp
 import pytest
 
 from mtx.config import ConfigError, DataConfig
-from mtx.data import fingerprints, holds, prepare
+from mtx.data import fingerprints, holds, prepare, vocabularies
 from mtx.data.corpus import load_corpus
 from mtx.data.filters import SeenPairs, drops_duplicates
 from mtx.errors import FileWriteError
@@ -41,7 +41,8 @@ def test_a_second_start_reads_no_training_file(corpus_dir, monkeypatch):
     hashed = _hashes_counted(monkeypatch)
     first = load_corpus(cfg, corpus_dir / "data", seed=0)
     assert len(hashed) == 2  # the source and target training files, once
-    monkeypatch.setattr(prepare, "train_sentencepiece", _never)
+    monkeypatch.setattr(vocabularies, "train_sentencepiece", _never)
+    monkeypatch.setattr(vocabularies, "read_training_pairs", _never)
     monkeypatch.setattr(prepare, "encode_training", _never)
     monkeypatch.setattr(prepare, "read_training_pairs", _never)
     again = load_corpus(cfg, corpus_dir / "data", seed=0)

@@ -90,7 +90,7 @@ def check_tag_pieces(tokenizer, tags):
 def corpus_mix(cfg, file_pairs, sizes):
     """The `CorpusMix` of the training ``file_pairs`` (data.train's prefixes, or the files)
     with their kept pairs ``sizes``, logged; DataError for a weighted corpus with none."""
-    names = (list(cfg.train) if cfg.name == "files" and len(cfg.train) == len(file_pairs)
+    names = (list(cfg.train) if cfg.name == "files" and len(cfg.train or ()) == len(file_pairs)
              else [str(src) for src, _ in file_pairs])
     mix = CorpusMix(names, sizes, cfg.train_weights, cfg.train_tags)
     for name, size in zip(names, sizes):

@@ -17,7 +17,8 @@ from pathlib import Path
 from ..errors import DataError, TokenizerError
 from ..files import atomic_copy, atomic_write_text, read_json, sha256_of
 from .mix import run_tags
-from .prepare import _key, is_blank, read_training_pairs
+from .filters import is_blank
+from .prepare import _key, read_training_pairs
 from .vocab import (
     DEFAULT_OPTIONS,
     SentencePieceTokenizer,
