@@ -108,7 +108,7 @@ def test_typed_values_are_checked(cls, key, value, expected):
     (TrainConfig, {"max_minutes": -5}, "train.max_minutes=-5: give the wall-clock budget in "
                                       "minutes, > 0"),
     (TrainConfig, {"max_epochs": 0}, "train.max_epochs=0: give 1 or more epochs"),
-    (TrainConfig, {"patience": -1}, "train.patience=-1: give epochs without a better val BLEU"),
+    (TrainConfig, {"patience": -1}, "train.patience=-1: give validations without a better val BLEU"),
     (TrainConfig, {"max_nonfinite_steps": 0}, "train.max_nonfinite_steps=0: give non-finite "),
     (TrainConfig, {"label_smoothing": 1.0}, "train.label_smoothing=1.0: give a smoothing in "
                                              "[0, 1)"),
@@ -118,8 +118,8 @@ def test_typed_values_are_checked(cls, key, value, expected):
     (DataConfig, {"name": "toy", "task": "sort"}, "data.task=sort: give the toy task, one of "
                                                    "copy, "),
     (DataConfig, {"name": "wmt14"}, "data.name=wmt14: give one of multi30k, files, toy "),
-    (DataConfig, {"vocab_size": 8}, "data.vocab_size=8: give the joint SentencePiece "
-                                     "vocabulary's size, at least 16"),
+    (DataConfig, {"vocab_size": 8}, "data.vocab_size=8: give the SentencePiece vocabulary's "
+                                     "size (each side's when separate), at least 16"),
     (ModelConfig, {"num_encoder_layers": 0}, "model.num_encoder_layers=0: give 1 or more layers"),
     (ModelConfig, {"max_len": 1}, "model.max_len=1: give the positions the positional table"),
     (ModelConfig, {"dropout": 1.0}, "model.dropout=1.0: give the dropout on embeddings and "

@@ -198,7 +198,15 @@ def test_the_old_key_of_a_renamed_setting_runs_on_the_command_line_with_one_warn
                                                            typed_keys(cfg, RunKeys))))
     monkeypatch.setattr(sys, "argv", ["mtx-train", "model.norm_before=true", "start_seed=7",
                                       f"hydra.run.dir={tmp_path}", "hydra.output_subdir=null"])
-    main()
+    import logging
+    handlers, level = logging.root.handlers[:], logging.root.level
+    try:
+        main()
+    finally:  # Hydra's job logging (a train.log here) must not outlive this test
+        for handler in set(logging.root.handlers) - set(handlers):
+            logging.root.removeHandler(handler)
+            handler.close()
+        logging.root.setLevel(level)
     (model, keys), = seen
     assert model.pre_norm is True and keys.seed == 7
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
