@@ -36,23 +36,13 @@ def _lock_file(folder, what):
         return None
 
 
-@contextlib.contextmanager
 def preparing(folder):
     """While making ``folder``: the only process doing so (another one's preparation is waited
     for, said in the log)."""
-    fd = _lock_file(folder, "preparing")
-    if fd is None:
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("%s: another process is preparing it; waiting for it to finish", folder)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    def wait(fd):
+        log.info("%s: another process is preparing it; waiting for it to finish", folder)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    return _alone(folder, "preparing", wait)
 
 
 def in_use(folder):
@@ -66,19 +56,28 @@ def in_use(folder):
     return held
 
 
-@contextlib.contextmanager
 def unused(folder):
     """While removing ``folder``: no run holds it (DataError, one line, when one does)."""
-    fd = _lock_file(folder, "in_use")
-    if fd is None:  # a data directory this user cannot write: removing fails in one line
+    def refuse(fd):
+        raise DataError(f"{folder} is in use by a training run that maps it; prune it after "
+                        f"that run ends")
+    return _alone(folder, "in_use", refuse)
+
+
+@contextlib.contextmanager
+def _alone(folder, name, when_held):
+    """Inside, this process alone holds ``folder``'s lock ``name``; ``when_held(fd)`` runs when
+    another holds it (it waits for the lock, or raises). Without a lock file (a data directory
+    this user cannot write), nothing is held."""
+    fd = _lock_file(folder, name)
+    if fd is None:
         yield
         return
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise DataError(f"{folder} is in use by a training run that maps it; prune it "
-                            f"after that run ends") from None
+            when_held(fd)
         yield
     finally:
         os.close(fd)
