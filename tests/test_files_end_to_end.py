@@ -263,7 +263,8 @@ def _damage(corpus, kind):
         return [], r"dev\.xx is UTF-16 text; convert it to UTF-8 first, e\.g\. iconv"
     if kind == "empty after the filters":
         return ["data.max_len=3"], (r"no training pair is left after the filters \(0 empty, 300 "
-                                    r"too long, 0 length ratio of 300\): .*raise data\.max_len")
+                                    r"too long, 0 length ratio, 0 copy, 0 duplicate of 300\): .*raise "
+                                    r"data\.max_len")
     if kind == "no text at all":
         write_pair(corpus / "train", [""] * 300, [""] * 300)
         return [], r"have no pair with text on both sides; give non-empty parallel files"

@@ -149,7 +149,7 @@ def test_a_damaged_json_file_of_a_run_is_one_clear_error(tmp_path, damaged):
 
 def test_average_last_n_is_the_mean_of_the_last_epoch_checkpoints(toy_run):
     """load_run's average_last_N (mtx-evaluate/-translate checkpoint=average_last_N): the mean of
-    the last N epoch checkpoints, computed without writing into the run; N beyond what the run
+    the last N validated checkpoints, computed without writing into the run; N beyond what the run
     keeps is a one-line error."""
     run = RunDir(toy_run)
     names = run.checkpoints.validated_names()[-2:]
@@ -160,7 +160,7 @@ def test_average_last_n_is_the_mean_of_the_last_epoch_checkpoints(toy_run):
         assert onp.allclose(value, (each[0][key] + each[1][key]) / 2, atol=1e-6), key
     assert sorted(p.name for p in run.checkpoints.folder.iterdir()) == before
     kept = len(run.checkpoints.validated_names())
-    with pytest.raises(CheckpointError, match=f"keeps {kept} epoch checkpoints"):
+    with pytest.raises(CheckpointError, match=f"keeps {kept} validated checkpoints"):
         load_run(toy_run, mx.cpu(), f"average_last_{kept + 1}")
 
 
