@@ -8,12 +8,12 @@ validation is one metrics record, one checkpoint (epoch_NNN or step_NNNNNN) and 
 `train.patience`.
 
 Batches: each epoch's plan (which pairs go together, in what order) comes from the pairs'
-lengths alone (`mtx.data.plan`: about 4 bytes a pair), and each batch is collated just before
-it is needed (`prefetched`), so memory grows with the corpus only by the plan. Determinism: epoch e's batch order comes from `epoch_seed`, and
-dropout is reseeded after every step (`position_seed`), so every step boundary can be a resume
-point: a run resumed from any checkpoint reaches the parameters of the uninterrupted run (CPU,
-fixed seed); with a `train.cooldown` of `train.max_minutes`, up to the clock the learning rate
-then reads.
+lengths alone (`mtx.data.plan`: about 4 bytes a pair), and each batch is collated just before it
+is needed (`prefetched`), so memory grows with the corpus only by the plan. Determinism: epoch
+e's batch order comes from `epoch_seed`, and dropout is reseeded after every step
+(`position_seed`), so every step boundary can be a resume point: a run resumed from any
+checkpoint reaches the parameters of the uninterrupted run (CPU, fixed seed); with a
+`train.cooldown` of `train.max_minutes`, up to the clock the learning rate then reads.
 """
 import contextlib
 import logging
